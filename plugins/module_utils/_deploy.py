@@ -1,0 +1,276 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Deployment helpers: readiness timeouts, readiness waiting, status, the manifest.
+
+Stdlib only: the functions that run on hosts (wait_for_ready, query_status) are shipped
+inside modules through AnsiballZ and must run on any host Python >= 3.8.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+MANIFEST_SCHEMA_VERSION = 1
+
+# What a real server needs before /health_generate answers 200, measured on a fresh H200
+# with SGLang 0.5.17 (147 s dense, 193 s hybrid: kernel JIT and CUDA-graph capture),
+# plus margin for loading real weights from disk.
+REAL_STARTUP_BASE_S = 600.0
+# Host pools are pinned at about 0.5 GB/s per instance (recording: 9.5 GB in 18 s).
+PIN_RATE_GB_S = 0.5
+SIM_MARGIN_S = 30.0
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pinned_gb(instance: dict[str, Any], plan_hicache: dict[str, Any] | None) -> float:
+    """Host memory (decimal GB) an instance pins for HiCache, from the plan."""
+    if not plan_hicache:
+        return 0.0
+    per_instance = plan_hicache.get("pinned_per_instance_bytes") or 0
+    return float(per_instance) / 1e9
+
+
+def ready_timeout(
+    *,
+    engine: str,
+    pinned_host_gb: float,
+    explicit_s: float = 0,
+    time_scale: float = 1.0,
+    serial_position: int = 0,
+) -> int:
+    """Seconds to wait for /health_generate, growing with what the instance must do.
+
+    explicit_s > 0 wins. Otherwise: start-up (JIT, graph capture, weights) plus pinning the
+    HiCache host pools at PIN_RATE_GB_S, with a 1.5x margin on the pinning. For the embedded
+    engine the same modelled seconds are scaled by its time scale, plus a fixed margin.
+    """
+    if explicit_s and explicit_s > 0:
+        return int(explicit_s)
+    modelled = REAL_STARTUP_BASE_S + 1.5 * pinned_host_gb / PIN_RATE_GB_S
+    if engine == "sim":
+        return int(modelled * max(time_scale, 0.0) + SIM_MARGIN_S)
+    return int(modelled)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def pid_alive(pid_file: str | None) -> bool | None:
+    """True/False when a pid file names a live/dead process; None when there is no pid file."""
+    if not pid_file or not os.path.exists(pid_file):
+        return None
+    try:
+        with open(pid_file, encoding="utf-8") as handle:
+            text = handle.read().strip()
+        pid = int(json.loads(text)["pid"]) if text.startswith("{") else int(text.split()[0])
+    except (OSError, ValueError, KeyError, IndexError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state not in ("Z", "X")
+
+
+def log_tail(path: str | None, lines: int = 50) -> str:
+    """The last `lines` lines of a log file ('' when unreadable)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 256 * 1024))
+            data = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def http_get(url: str, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:
+    """GET a URL; (status, body). Connection problems give status 0."""
+    request = urllib.request.Request(url)
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read() if err.fp else b""
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, b""
+
+
+def wait_for_ready(
+    instances: list[dict[str, Any]],
+    *,
+    interval: float = 2.0,
+    request_timeout: float = 30.0,
+    api_key: str | None = None,
+    tail_lines: int = 50,
+    getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, dict[str, Any]]:
+    """Poll every instance's /health_generate in parallel until 200, death or its timeout.
+
+    Each instance: {name, url, timeout, log_file?, pid_file?}. A process that died while
+    loading fails at once (no point waiting out its timeout). Returns name -> result:
+    {ready, status, waited_s, ready_at, reason, log_tail}.
+    """
+    results: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def watch(inst: dict[str, Any]) -> None:
+        start = clock()
+        deadline = start + float(inst.get("timeout") or 600)
+        url = inst["url"].rstrip("/") + "/health_generate"
+        status = 0
+        reason = ""
+        while True:
+            status, _ = getter(url, request_timeout, api_key)
+            if status == 200:
+                res = {"ready": True, "status": status, "waited_s": round(clock() - start, 2),
+                       "ready_at": utc_now(), "reason": "", "log_tail": ""}
+                break
+            alive = pid_alive(inst.get("pid_file"))
+            if alive is False:
+                reason = "the server process exited before it became ready"
+            elif clock() >= deadline:
+                reason = f"no 200 from {url} within {inst.get('timeout')} s (last status {status or 'no answer'})"
+            if reason:
+                res = {"ready": False, "status": status, "waited_s": round(clock() - start, 2),
+                       "ready_at": None, "reason": reason,
+                       "log_tail": log_tail(inst.get("log_file"), tail_lines)}
+                break
+            sleep(interval)
+        with lock:
+            results[inst["name"]] = res
+
+    threads = [threading.Thread(target=watch, args=(inst,), daemon=True) for inst in instances]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def server_info(base_url: str, api_key: str | None = None, timeout: float = 10.0,
+                getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
+                ) -> dict[str, Any] | None:
+    """Server info from /server_info, falling back to the older /get_server_info."""
+    for path in ("/server_info", "/get_server_info"):
+        status, body = getter(base_url.rstrip("/") + path, timeout, api_key)
+        if status == 200:
+            try:
+                data = json.loads(body)
+            except ValueError:
+                return None
+            if isinstance(data, dict):
+                data["_path"] = path
+                return data
+    return None
+
+
+def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: float = 10.0,
+                    getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
+                    ) -> dict[str, Any]:
+    """Status of one manifest instance: process, health, version, effective limits."""
+    url = inst["url"].rstrip("/")
+    health, _ = getter(url + "/health", timeout, api_key)
+    info = server_info(url, api_key, timeout, getter) if health == 200 else None
+    states = (info or {}).get("internal_states") or [{}]
+    state0 = states[0] if isinstance(states, list) and states else {}
+    alive = pid_alive(inst.get("pid_file"))
+    return {
+        "name": inst["name"],
+        "url": url,
+        "up": health == 200,
+        "health": health,
+        "process": {True: "running", False: "dead", None: "unknown"}[alive],
+        "pid": inst.get("pid"),
+        "version": (info or {}).get("version"),
+        "max_running_requests": (info or {}).get("max_running_requests"),
+        "avg_spec_accept_length": state0.get("avg_spec_accept_length"),
+        "last_gen_throughput": state0.get("last_gen_throughput"),
+        "server_info_path": (info or {}).get("_path"),
+    }
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def build_manifest(
+    *,
+    host: str,
+    plan: dict[str, Any],
+    engine: str,
+    service_manager: str,
+    base_dir: str,
+    services: dict[str, dict[str, Any]],
+    ready: dict[str, dict[str, Any]],
+    previous: dict[str, Any] | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """deployment.json: what runs where, read by bench, status, stop and the router.
+
+    `services`: name -> {pid, unit, log_file, pid_file, started (bool: (re)started this run)}; `ready`: name -> wait result.
+    An instance that did not restart keeps its earlier ready time from `previous`.
+    """
+    earlier = {i["name"]: i for i in (previous or {}).get("instances", []) if isinstance(i, dict)}
+    instances = []
+    for inst in plan["instances"]:
+        name = inst["name"]
+        svc = services.get(name, {})
+        rdy = ready.get(name, {})
+        host_addr = plan.get("host_address", "127.0.0.1")
+        before = earlier.get(name, {})
+        # An instance that kept running keeps the ready time of the run that started it,
+        # so that a re-run that changes nothing leaves the manifest as it was.
+        if svc.get("started") or not before.get("ready_at"):
+            ready_at, ready_after = rdy.get("ready_at"), rdy.get("waited_s")
+        else:
+            ready_at, ready_after = before.get("ready_at"), before.get("ready_after_s")
+        instances.append({
+            "name": name,
+            "gpus": inst.get("gpu_ids", []),
+            "port": inst["port"],
+            "url": f"http://{host_addr}:{inst['port']}",
+            "pid": svc.get("pid"),
+            "unit": svc.get("unit"),
+            "pid_file": svc.get("pid_file"),
+            "log_file": svc.get("log_file"),
+            "launch_script": f"{base_dir}/{name}/launch.sh",
+            "env_file": f"{base_dir}/{name}/env",
+            "argv": inst.get("argv", []),
+            "hicache": plan.get("hicache"),
+            "ready_at": ready_at,
+            "ready_after_s": ready_after,
+        })
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "host": host,
+        "profile": plan.get("profile"),
+        "release": plan.get("release"),
+        "engine": engine,
+        "service_manager": service_manager,
+        "base_dir": base_dir,
+        "python": python,
+        "hicache": plan.get("hicache"),
+        "instances": instances,
+    }

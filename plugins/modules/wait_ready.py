@@ -1,0 +1,156 @@
+#!/usr/bin/python
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: wait_ready
+short_description: Wait until SGLang instances answer C(/health_generate) with 200
+version_added: "0.1.0"
+description:
+  - Polls every instance's C(/health_generate) endpoint in parallel, from the host the
+    instances run on, until it answers 200 (one token generated), the instance's process
+    dies, or the instance's timeout passes.
+  - Readiness is never judged from an open port or C(/v1/models): both answer before the
+    server has warmed up.
+  - On failure the module fails naming each instance that is not ready, with the last lines
+    of its log. Instances that became ready are left running.
+options:
+  instances:
+    description:
+      - The instances to wait for.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Instance name, used in messages.
+        type: str
+        required: true
+      url:
+        description: Base URL, for example C(http://127.0.0.1:30000).
+        type: str
+        required: true
+      timeout:
+        description: Seconds to wait for this instance.
+        type: float
+        default: 600
+      log_file:
+        description: The instance's log, whose tail is shown on failure.
+        type: path
+      pid_file:
+        description: The instance's pid file; a dead process fails at once.
+        type: path
+  interval:
+    description: Seconds between polls of one instance.
+    type: float
+    default: 2
+  request_timeout:
+    description: Seconds one poll may take (a one-token generation).
+    type: float
+    default: 30
+  api_key:
+    description: Sent as C(Authorization: Bearer) when the servers enforce C(--api-key).
+    type: str
+  log_tail_lines:
+    description: How many log lines to show for an instance that is not ready.
+    type: int
+    default: 50
+author:
+  - llmops.sglang contributors
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is polled.
+"""
+
+EXAMPLES = r"""
+- name: Wait for both GPUs' servers
+  llmops.sglang.wait_ready:
+    instances:
+      - {name: gpu0, url: "http://127.0.0.1:30000", timeout: 900, log_file: /opt/sglang/gpu0/server.log}
+      - {name: gpu1, url: "http://127.0.0.1:30001", timeout: 900, log_file: /opt/sglang/gpu1/server.log}
+"""
+
+RETURN = r"""
+instances:
+  description: Per instance name, the result of waiting.
+  returned: always
+  type: dict
+  contains:
+    ready:
+      description: Whether C(/health_generate) answered 200.
+      type: bool
+    status:
+      description: The last HTTP status (0 = no answer).
+      type: int
+    waited_s:
+      description: Seconds waited.
+      type: float
+    ready_at:
+      description: UTC time it became ready (ISO 8601), or null.
+      type: str
+    reason:
+      description: Why it is not ready (empty when ready).
+      type: str
+    log_tail:
+      description: The last lines of its log when not ready.
+      type: str
+not_ready:
+  description: Names of the instances that did not become ready.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils._deploy import wait_for_ready
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {
+                "type": "list", "elements": "dict", "required": True,
+                "options": {
+                    "name": {"type": "str", "required": True},
+                    "url": {"type": "str", "required": True},
+                    "timeout": {"type": "float", "default": 600},
+                    "log_file": {"type": "path"},
+                    "pid_file": {"type": "path"},
+                },
+            },
+            "interval": {"type": "float", "default": 2},
+            "request_timeout": {"type": "float", "default": 30},
+            "api_key": {"type": "str", "no_log": True},
+            "log_tail_lines": {"type": "int", "default": 50},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if module.check_mode:
+        module.exit_json(changed=False, instances={}, not_ready=[], msg="check mode: not polled")
+    results = wait_for_ready(
+        params["instances"],
+        interval=params["interval"],
+        request_timeout=params["request_timeout"],
+        api_key=params["api_key"],
+        tail_lines=params["log_tail_lines"],
+    )
+    not_ready = [name for name, res in results.items() if not res["ready"]]
+    if not_ready:
+        parts = []
+        for name in not_ready:
+            res = results[name]
+            parts.append(
+                f"instance {name} is not ready: {res['reason']}.\n"
+                f"--- last {params['log_tail_lines']} lines of its log ---\n{res['log_tail']}"
+            )
+        module.fail_json(msg="\n\n".join(parts), instances=results, not_ready=sorted(not_ready))
+    module.exit_json(changed=False, instances=results, not_ready=[])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Readiness, manifest and status helpers of the server role."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+
+from ansible_collections.llmops.sglang.plugins.filter import deploy as deploy_filters
+from ansible_collections.llmops.sglang.plugins.module_utils import _deploy
+
+
+def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
+    none = _deploy.ready_timeout(engine="sglang", pinned_host_gb=0)
+    big = _deploy.ready_timeout(engine="sglang", pinned_host_gb=150)
+    assert none == 600
+    # 150 GB at 0.5 GB/s is 300 s of pinning, with a 1.5x margin
+    assert big == 600 + 450
+    assert _deploy.ready_timeout(engine="sglang", pinned_host_gb=150, explicit_s=42) == 42
+    assert _deploy.ready_timeout(engine="sim", pinned_host_gb=0, time_scale=0.01) == int(600 * 0.01 + 30)
+
+
+class FakeServer:
+    """Answers 503 a given number of times, then 200 (per URL)."""
+
+    def __init__(self, not_ready_polls: dict[str, int]) -> None:
+        self.left = dict(not_ready_polls)
+        self.calls: list[str] = []
+
+    def __call__(self, url: str, timeout: float, api_key: str | None) -> tuple[int, bytes]:
+        self.calls.append(url)
+        key = url.split("/health_generate")[0]
+        if self.left.get(key, 0) > 0:
+            self.left[key] -= 1
+            return 503, b""
+        if self.left.get(key) == -1:
+            return 0, b""
+        return 200, b""
+
+
+def test_wait_for_ready_parallel_and_timeout(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(f"line {i}" for i in range(100)) + "\n")
+    fake = FakeServer({"http://a:1": 3, "http://b:2": 0, "http://c:3": -1})
+    results = _deploy.wait_for_ready(
+        [
+            {"name": "a", "url": "http://a:1", "timeout": 5},
+            {"name": "b", "url": "http://b:2", "timeout": 5},
+            {"name": "c", "url": "http://c:3", "timeout": 0.05, "log_file": str(log)},
+        ],
+        interval=0.01,
+        getter=fake,
+        tail_lines=50,
+    )
+    assert results["a"]["ready"] and results["b"]["ready"]
+    assert results["a"]["ready_at"].endswith("Z")
+    assert not results["c"]["ready"]
+    assert "within 0.05 s" in results["c"]["reason"]
+    tail = results["c"]["log_tail"].splitlines()
+    assert len(tail) == 50 and tail[-1] == "line 99"
+    assert all(u.endswith("/health_generate") for u in fake.calls)
+
+
+def test_wait_for_ready_fails_fast_when_the_process_died(tmp_path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    pid_file = tmp_path / "server.pid"
+    pid_file.write_text(f"{proc.pid}\n")
+    fake = FakeServer({"http://d:4": 10_000})
+    start = time.monotonic()
+    results = _deploy.wait_for_ready(
+        [{"name": "d", "url": "http://d:4", "timeout": 60, "pid_file": str(pid_file)}],
+        interval=0.01, getter=fake,
+    )
+    assert not results["d"]["ready"]
+    assert "exited" in results["d"]["reason"]
+    assert time.monotonic() - start < 5
+
+
+def test_pid_alive_reads_plain_and_json_pid_files(tmp_path) -> None:
+    plain = tmp_path / "a.pid"
+    plain.write_text(f"{os.getpid()}\n")
+    js = tmp_path / "b.pid"
+    js.write_text(json.dumps({"pid": os.getpid(), "starttime": 1}))
+    assert _deploy.pid_alive(str(plain)) is True
+    assert _deploy.pid_alive(str(js)) is True
+    assert _deploy.pid_alive(str(tmp_path / "missing.pid")) is None
+    bad = tmp_path / "c.pid"
+    bad.write_text("not a pid")
+    assert _deploy.pid_alive(str(bad)) is False
+
+
+PLAN = {
+    "release": "0.5.23",
+    "profile": "mtp_hicache",
+    "host_address": "127.0.0.1",
+    "hicache": {"size_gb": 20, "pinned_per_instance_bytes": 23_600_000_000},
+    "instances": [
+        {"name": "gpu0", "gpu_ids": [0], "port": 30000, "argv": ["--model-path", "/m"]},
+        {"name": "gpu1", "gpu_ids": [1], "port": 30001, "argv": ["--model-path", "/m"]},
+    ],
+}
+
+
+def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
+    first = _deploy.build_manifest(
+        host="h", plan=PLAN, engine="sim", service_manager="process", base_dir="/b",
+        services={"gpu0": {"pid": 10, "started": True}, "gpu1": {"pid": 11, "started": True}},
+        ready={"gpu0": {"ready_at": "T0", "waited_s": 1.0}, "gpu1": {"ready_at": "T0", "waited_s": 2.0}},
+        python="/venv/bin/python",
+    )
+    assert first["instances"][0]["url"] == "http://127.0.0.1:30000"
+    assert first["instances"][1]["launch_script"] == "/b/gpu1/launch.sh"
+    assert first["python"] == "/venv/bin/python"
+    # re-run: gpu0 unchanged (ready polled again at T1), gpu1 restarted
+    second = _deploy.build_manifest(
+        host="h", plan=PLAN, engine="sim", service_manager="process", base_dir="/b",
+        services={"gpu0": {"pid": 10, "started": False}, "gpu1": {"pid": 12, "started": True}},
+        ready={"gpu0": {"ready_at": "T1", "waited_s": 0.0}, "gpu1": {"ready_at": "T1", "waited_s": 3.0}},
+        previous=first, python="/venv/bin/python",
+    )
+    assert second["instances"][0]["ready_at"] == "T0"
+    assert second["instances"][0]["ready_after_s"] == 1.0
+    assert second["instances"][1]["ready_at"] == "T1"
+    assert second["instances"][1]["pid"] == 12
+
+
+def test_service_records_and_wait_spec_filters() -> None:
+    pidfile = {"results": [{"item": {"name": "gpu0"}, "content": base64.b64encode(b'{"pid": 77}').decode()}]}
+    services = {"results": [
+        {"item": {"name": "gpu0"}, "changed": False},
+        {"item": {"name": "gpu1"}, "changed": True, "pid": 88},
+    ]}
+    rec = deploy_filters._service_records(services, pidfile, "process", "/b", ["gpu0"])
+    assert rec["gpu0"]["pid"] == 77 and rec["gpu0"]["started"] is True
+    assert rec["gpu1"]["pid"] == 88 and rec["gpu1"]["pid_file"] == "/b/gpu1/server.pid"
+    spec = deploy_filters._wait_spec(PLAN["instances"][1], PLAN, base_dir="/b", engine="sglang")
+    assert spec["url"] == "http://127.0.0.1:30001"
+    assert spec["timeout"] == int(600 + 1.5 * 23.6 / 0.5)
+    plan0 = dict(PLAN, host_address="0.0.0.0")
+    assert deploy_filters._wait_spec(PLAN["instances"][0], plan0, base_dir="/b")["url"] == "http://127.0.0.1:30000"
+
+
+def test_status_line_and_instance_status() -> None:
+    info = json.dumps({"version": "0.5.17", "max_running_requests": 16,
+                       "internal_states": [{"avg_spec_accept_length": 1.0, "last_gen_throughput": 5.0}]}).encode()
+
+    def getter(url: str, timeout: float, key: str | None) -> tuple[int, bytes]:
+        if url.endswith("/health"):
+            return 200, b""
+        if url.endswith("/server_info"):
+            return 404, b""
+        return 200, info
+
+    st = _deploy.instance_status({"name": "gpu0", "url": "http://x:1"}, getter=getter)
+    assert st["up"] and st["version"] == "0.5.17" and st["max_running_requests"] == 16
+    assert st["server_info_path"] == "/get_server_info"
+    line = deploy_filters._status_line(st)
+    assert line.startswith("gpu0: up http://x:1") and "max_running_requests=16" in line
