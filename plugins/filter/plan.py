@@ -1,0 +1,62 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Filters ``llmops.sglang.hicache_plan`` and ``llmops.sglang.instance_plan``: thin shells over
+``plugins/module_utils/_plan.py`` (documented in the sidecar files hicache_plan.yml and
+instance_plan.yml beside this one)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmops.sglang.plugins.module_utils._plan import (
+    hicache_plan,
+    instance_plan,
+    validate_plan,
+)
+
+
+def _plain(value: Any) -> Any:
+    """Templated values as plain Python containers (Ansible 2.19 hands tagged subclasses)."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def hicache_plan_filter(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """``sglang_host | llmops.sglang.hicache_plan(release=..., instances=..., ...)``."""
+    try:
+        return hicache_plan(_plain(facts), **_plain(kwargs))
+    except ValueError as exc:  # PlanError and bad values
+        raise AnsibleFilterError(str(exc)) from None
+    except TypeError as exc:
+        raise AnsibleFilterError(f"llmops.sglang.hicache_plan: bad arguments: {exc}") from None
+
+
+def instance_plan_filter(facts: Mapping[str, Any], validate: bool = True, **kwargs: Any) -> dict[str, Any]:
+    """``sglang_host | llmops.sglang.instance_plan(profile=..., model_path=..., ...)``; the plan's
+    argv is checked against the release's flag schema unless ``validate=false``."""
+    try:
+        plan = instance_plan(_plain(facts), **_plain(kwargs))
+        if validate:
+            validate_plan(plan)
+        return plan
+    except ValueError as exc:  # PlanError and bad values
+        raise AnsibleFilterError(str(exc)) from None
+    except TypeError as exc:
+        raise AnsibleFilterError(f"llmops.sglang.instance_plan: bad arguments: {exc}") from None
+
+
+class FilterModule:
+    """Deployment planning filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "hicache_plan": hicache_plan_filter,
+            "instance_plan": instance_plan_filter,
+        }

@@ -1,0 +1,725 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Benchmark report writer, run on the controller.
+
+Input: one item per server instance, ``{"meta": {...}, "sweep": <sglang_sweep fact>}`` where
+``meta`` comes from the deployment manifest (host, instance, profile, release, engine, gpus,
+url) and ``sweep`` is the ``ansible_facts.sglang_sweep`` that ``throughput_sweep`` returned
+(schema_version 1). Output, in one folder (``reports/<UTC timestamp>/``):
+
+- ``<host>_<instance>_<profile>.json``: the full sweep (raw records included) plus meta;
+- ``summary.csv``: one row per instance x concurrency level, scalar fields flattened;
+- ``summary.md``: per instance the seed-style table, peak/knee line, profile comparison;
+- ``throughput.png``, ``latency.png`` and, with several profiles, ``profiles.png``;
+
+and a relative ``latest`` symlink beside the folder. Every field of the sweep is optional
+here: a missing value is shown as ``-`` and never stops the report.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+MISSING = "-"
+LATEST_NAME = "latest"
+ERROR_KINDS = ("http", "stream", "timeout", "connection", "short")
+
+# summary.csv columns: (column name, path into the point, or a meta key prefixed with "meta.").
+CSV_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("host", "meta.host"),
+    ("instance", "meta.instance"),
+    ("profile", "meta.profile"),
+    ("release", "meta.release"),
+    ("engine", "meta.engine"),
+    ("gpus", "meta.gpus"),
+    ("concurrency", "concurrency"),
+    ("requests", "requests"),
+    ("ok", "ok"),
+    ("err", "errors.total"),
+    ("err_http", "errors.http"),
+    ("err_stream", "errors.stream"),
+    ("err_timeout", "errors.timeout"),
+    ("err_connection", "errors.connection"),
+    ("err_short", "errors.short"),
+    ("output_tokens", "output_tokens"),
+    ("output_tok_s", "output_tok_s"),
+    ("steady_output_tok_s", "steady_output_tok_s"),
+    ("avg_out", "avg_output_tokens"),
+    ("wall_s", "duration_s"),
+    ("req_s", "req_s"),
+    ("ttft_mean_ms", "ttft_ms.mean"),
+    ("ttft_p50_ms", "ttft_ms.p50"),
+    ("ttft_p90_ms", "ttft_ms.p90"),
+    ("ttft_p99_ms", "ttft_ms.p99"),
+    ("itl_mean_ms", "itl_ms.mean"),
+    ("itl_p50_ms", "itl_ms.p50"),
+    ("itl_p90_ms", "itl_ms.p90"),
+    ("itl_p99_ms", "itl_ms.p99"),
+    ("tpot_mean_ms", "tpot_ms.mean"),
+    ("tpot_p50_ms", "tpot_ms.p50"),
+    ("tpot_p90_ms", "tpot_ms.p90"),
+    ("tpot_p99_ms", "tpot_ms.p99"),
+    ("e2e_mean_s", "e2e_s.mean"),
+    ("e2e_p50_s", "e2e_s.p50"),
+    ("e2e_p90_s", "e2e_s.p90"),
+    ("e2e_p99_s", "e2e_s.p99"),
+    ("achieved_concurrency", "achieved_concurrency"),
+    ("client_limited", "client_limited"),
+    ("client_loop_lag_ms_p99", "client.loop_lag_ms_p99"),
+    ("client_cpu_util", "client.cpu_util"),
+    ("is_peak", "@peak"),
+    ("is_knee", "@knee"),
+)
+CSV_HEADER: tuple[str, ...] = tuple(name for name, _ in CSV_COLUMNS)
+
+# summary.md per-instance table: the seed's seven columns, then latency.
+TABLE_HEADER: tuple[str, ...] = (
+    "C", "n", "ok", "err", "output tok/s", "avg_out", "wall s",
+    "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms",
+)
+
+
+# --------------------------------------------------------------------------- small helpers
+def _dig(data: Any, path: str) -> Any:
+    """``data['a']['b']`` for path ``a.b``; None where any step is missing."""
+    cur = data
+    for key in path.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None (bools, strings and NaN are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _fmt(value: Any, decimals: int = 1) -> str:
+    number = _num(value)
+    if number is None:
+        return MISSING
+    return f"{number:.{decimals}f}"
+
+
+def _fmt_count(value: Any) -> str:
+    """Integers as integers; a non-integral value (an average) with one decimal."""
+    number = _num(value)
+    if number is None:
+        return MISSING
+    if number == int(number):
+        return str(int(number))
+    return f"{number:.1f}"
+
+
+def _err_total(point: dict[str, Any]) -> float | None:
+    """errors.total; else the sum of the kinds; else requests - ok."""
+    errors = point.get("errors")
+    if isinstance(errors, dict):
+        total = _num(errors.get("total"))
+        if total is not None:
+            return total
+        kinds = [_num(errors.get(kind)) for kind in ERROR_KINDS]
+        if any(k is not None for k in kinds):
+            return sum(k for k in kinds if k is not None)
+    requests, ok = _num(point.get("requests")), _num(point.get("ok"))
+    if requests is not None and ok is not None:
+        return max(requests - ok, 0.0)
+    return None
+
+
+def _points(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's points that carry a concurrency, sorted by it."""
+    points = [p for p in sweep.get("points") or [] if isinstance(p, dict)]
+    with_c = [p for p in points if _num(p.get("concurrency")) is not None]
+    return sorted(with_c, key=lambda p: float(p["concurrency"]))
+
+
+def peak_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
+    """The sweep's peak {concurrency, output_tok_s}; computed from the points if absent."""
+    peak = sweep.get("peak")
+    if isinstance(peak, dict) and _num(peak.get("output_tok_s")) is not None:
+        return peak
+    best: dict[str, Any] | None = None
+    for point in _points(sweep):
+        tok_s = _num(point.get("output_tok_s"))
+        if tok_s is not None and (best is None or tok_s > best["output_tok_s"]):
+            best = {"concurrency": point["concurrency"], "output_tok_s": tok_s}
+    return best
+
+
+def knee_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
+    """The sweep's knee, or None when the sweep found none (never guessed here)."""
+    knee = sweep.get("knee")
+    if isinstance(knee, dict) and _num(knee.get("concurrency")) is not None:
+        return knee
+    return None
+
+
+def _same_c(a: Any, b: Any) -> bool:
+    x, y = _num(a), _num(b)
+    return x is not None and y is not None and x == y
+
+
+def _safe(part: Any) -> str:
+    text = str(part) if part not in (None, "") else "unknown"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "unknown"
+
+
+def _label(meta: dict[str, Any]) -> str:
+    host = meta.get("host") or "?"
+    instance = meta.get("instance") or "?"
+    profile = meta.get("profile") or "?"
+    return f"{host}/{instance} ({profile})"
+
+
+def normalize(results: Iterable[Any]) -> list[dict[str, Any]]:
+    """Each item as {"meta": dict, "sweep": dict}.
+
+    A bare sweep (an item with ``points`` and no ``sweep`` key) is accepted too; its meta is
+    then only its url. Items that are neither are rejected with ValueError.
+    """
+    items: list[dict[str, Any]] = []
+    for index, item in enumerate(results):
+        if not isinstance(item, dict):
+            raise ValueError(f"results[{index}] is a {type(item).__name__}, expected a dict")
+        if isinstance(item.get("sweep"), dict):
+            meta = item.get("meta") if isinstance(item.get("meta"), dict) else {}
+            sweep = item["sweep"]
+        elif "points" in item:
+            meta, sweep = {}, item
+        else:
+            raise ValueError(
+                f"results[{index}] has no 'sweep' (expected {{meta: ..., sweep: <sglang_sweep>}})"
+            )
+        meta = dict(meta)
+        if not meta.get("url") and sweep.get("url"):
+            meta["url"] = sweep["url"]
+        items.append({"meta": meta, "sweep": sweep})
+    return items
+
+
+def profiles_in_order(items: Sequence[dict[str, Any]]) -> list[str]:
+    """Distinct profiles in the order they first appear (the first is the baseline)."""
+    seen: list[str] = []
+    for item in items:
+        profile = str(item["meta"].get("profile") or "unknown")
+        if profile not in seen:
+            seen.append(profile)
+    return seen
+
+
+# --------------------------------------------------------------------------- markdown
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_table(sweep: dict[str, Any]) -> str:
+    """The seed-style Markdown table for one sweep (no trailing newline).
+
+    Columns: C, n, ok, err, output tok/s, avg_out, wall s (as in the seed), then TTFT p50/p99
+    and ITL p50/p99 in ms. A client-limited level has its C marked with ``*``.
+    """
+    lines = [_row(TABLE_HEADER), _row(["---"] * len(TABLE_HEADER))]
+    for point in _points(sweep):
+        c_cell = _fmt_count(point.get("concurrency"))
+        if point.get("client_limited") is True:
+            c_cell += "*"
+        lines.append(_row([
+            c_cell,
+            _fmt_count(point.get("requests")),
+            _fmt_count(point.get("ok")),
+            _fmt_count(_err_total(point)),
+            _fmt(point.get("output_tok_s")),
+            _fmt_count(point.get("avg_output_tokens")),
+            _fmt(point.get("duration_s")),
+            _fmt(_dig(point, "ttft_ms.p50")),
+            _fmt(_dig(point, "ttft_ms.p99")),
+            _fmt(_dig(point, "itl_ms.p50"), 2),
+            _fmt(_dig(point, "itl_ms.p99"), 2),
+        ]))
+    return "\n".join(lines)
+
+
+def render_findings(sweep: dict[str, Any]) -> str:
+    """One line naming peak and knee and flagging client-limited levels."""
+    peak = peak_of(sweep)
+    if peak is None:
+        parts = ["Peak: none (no level completed)"]
+    else:
+        parts = [f"Peak: {_fmt(peak.get('output_tok_s'))} tok/s at C={_fmt_count(peak.get('concurrency'))}"]
+    knee = knee_of(sweep)
+    if knee is None:
+        parts.append("knee: not found")
+    else:
+        share = _num(knee.get("share_of_peak"))
+        share_text = f", {share * 100:.0f}% of peak" if share is not None else ""
+        parts.append(
+            f"knee: C={_fmt_count(knee.get('concurrency'))} "
+            f"({_fmt(knee.get('output_tok_s'))} tok/s{share_text})"
+        )
+    limited = [_fmt_count(p.get("concurrency")) for p in _points(sweep) if p.get("client_limited") is True]
+    if limited:
+        parts.append(
+            "client-limited (marked *, the client not the server set the number): C="
+            + ", ".join(limited)
+        )
+    else:
+        parts.append("client-limited levels: none")
+    if sweep.get("stopped_on_plateau") is True:
+        parts.append("stopped on plateau")
+    return "; ".join(parts) + "."
+
+
+def _server_line(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
+    server = sweep.get("server") if isinstance(sweep.get("server"), dict) else {}
+    bits = []
+    for label, value in (
+        ("release", meta.get("release")),
+        ("engine", meta.get("engine")),
+        ("server version", server.get("version")),
+        ("model", sweep.get("model")),
+        ("api", sweep.get("api")),
+        ("max_running_requests", server.get("max_running_requests")),
+        ("spec accept length", server.get("avg_spec_accept_length_after")),
+        ("gpus", meta.get("gpus")),
+        ("url", meta.get("url") or sweep.get("url")),
+    ):
+        if value in (None, "", []):
+            continue
+        if isinstance(value, list):
+            value = ", ".join(str(v) for v in value)
+        elif isinstance(value, float):
+            value = f"{value:.2f}"
+        bits.append(f"{label} {value}")
+    window = ""
+    if sweep.get("started") or sweep.get("finished"):
+        window = f" Run {sweep.get('started') or '?'} to {sweep.get('finished') or '?'}."
+    return ("; ".join(bits) + "." if bits else "") + window
+
+
+def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
+    """Heading, server line, table and findings for one instance."""
+    header = f"### {_label(meta)}"
+    parts = [header]
+    server_line = _server_line(meta, sweep).strip()
+    if server_line:
+        parts.append(server_line)
+    parts.append(render_table(sweep))
+    parts.append(render_findings(sweep))
+    return "\n\n".join(parts)
+
+
+def profile_summary(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per profile (first seen first): instances, best peak and its ratio to the baseline."""
+    rows: list[dict[str, Any]] = []
+    for profile in profiles_in_order(items):
+        members = [i for i in items if str(i["meta"].get("profile") or "unknown") == profile]
+        peaks = [(peak_of(i["sweep"]), i) for i in members]
+        valid = [(p, i) for p, i in peaks if p is not None and _num(p.get("output_tok_s")) is not None]
+        best = max(valid, key=lambda pi: float(pi[0]["output_tok_s"]), default=None)
+        knees = [knee_of(i["sweep"]) for i in members]
+        rows.append({
+            "profile": profile,
+            "instances": len(members),
+            "peak_output_tok_s": float(best[0]["output_tok_s"]) if best else None,
+            "peak_concurrency": best[0].get("concurrency") if best else None,
+            "peak_instance": _label(best[1]["meta"]) if best else None,
+            "mean_peak_output_tok_s": (
+                sum(float(p["output_tok_s"]) for p, _ in valid) / len(valid) if valid else None
+            ),
+            "knee_concurrency": sorted({k["concurrency"] for k in knees if k is not None}),
+        })
+    base = rows[0]["peak_output_tok_s"] if rows else None
+    for row in rows:
+        peak = row["peak_output_tok_s"]
+        row["ratio"] = peak / base if peak is not None and base else None
+    return rows
+
+
+def render_profiles(items: Sequence[dict[str, Any]]) -> str:
+    """The profile comparison table (baseline: the first profile)."""
+    rows = profile_summary(items)
+    header = ("profile", "instances", "peak tok/s", "at C", "mean peak tok/s", "knee C", "vs baseline")
+    lines = [_row(header), _row(["---"] * len(header))]
+    for index, row in enumerate(rows):
+        ratio = row["ratio"]
+        if index == 0:
+            ratio_text = "1.00x (baseline)"
+        elif ratio is None:
+            ratio_text = MISSING
+        else:
+            ratio_text = f"{ratio:.2f}x ({(ratio - 1) * 100:+.0f}%)"
+        knees = ", ".join(_fmt_count(k) for k in row["knee_concurrency"]) or MISSING
+        lines.append(_row([
+            row["profile"],
+            str(row["instances"]),
+            _fmt(row["peak_output_tok_s"]),
+            _fmt_count(row["peak_concurrency"]),
+            _fmt(row["mean_peak_output_tok_s"]),
+            knees,
+            ratio_text,
+        ]))
+    return "\n".join(lines)
+
+
+def render_markdown(items: Sequence[dict[str, Any]], title: str | None = None) -> tuple[str, str]:
+    """(the whole summary.md, the part to print: instance tables and the profile table)."""
+    sections = [render_instance(i["meta"], i["sweep"]) for i in items]
+    if len(profiles_in_order(items)) > 1:
+        sections.append("### Profiles (peak output tok/s, baseline = first profile)\n\n" + render_profiles(items))
+    body = "\n\n".join(sections)
+    intro = (
+        "Columns: C = concurrency, n = requests, ok = completed, err = failed (all kinds), "
+        "output tok/s = output tokens / wall time of the level (ramp-up and tail included), "
+        "avg_out = output tokens per ok request, wall s = first send to last finish, "
+        "TTFT/ITL = time to first token / inter-token latency (token level). "
+        "`*` after C: client-limited level. See docs/reports.md."
+    )
+    doc = f"# {title or 'SGLang throughput sweep'}\n\n{intro}\n\n{body}\n"
+    return doc, body
+
+
+# --------------------------------------------------------------------------- CSV / JSON
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return round(value, 4) if math.isfinite(value) else ""
+    if isinstance(value, list | tuple):
+        return "+".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def csv_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per instance x level, columns as in CSV_HEADER."""
+    rows: list[dict[str, Any]] = []
+    for item in items:
+        meta, sweep = item["meta"], item["sweep"]
+        peak, knee = peak_of(sweep), knee_of(sweep)
+        for point in _points(sweep):
+            row: dict[str, Any] = {}
+            for name, path in CSV_COLUMNS:
+                if path.startswith("meta."):
+                    value = meta.get(path[5:])
+                elif path == "@peak":
+                    value = peak is not None and _same_c(peak.get("concurrency"), point.get("concurrency"))
+                elif path == "@knee":
+                    value = knee is not None and _same_c(knee.get("concurrency"), point.get("concurrency"))
+                elif path == "errors.total":
+                    value = _err_total(point)
+                    value = int(value) if value is not None else None
+                else:
+                    value = _dig(point, path)
+                row[name] = _csv_value(value)
+            rows.append(row)
+    return rows
+
+
+def _json_names(items: Sequence[dict[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for item in items:
+        meta = item["meta"]
+        stem = "_".join(_safe(meta.get(k)) for k in ("host", "instance", "profile"))
+        name, n = f"{stem}.json", 2
+        while name in names:
+            name, n = f"{stem}-{n}.json", n + 1
+        names.append(name)
+    return names
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- plots
+def _concurrency_ticks(ax: Any, values: Iterable[float]) -> None:
+    ticks = sorted({float(v) for v in values if v and v > 0})
+    ax.set_xscale("log", base=2)
+    if ticks:
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([_fmt_count(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
+
+
+def _series(sweep: dict[str, Any], path: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for point in _points(sweep):
+        x, y = _num(point.get("concurrency")), _num(_dig(point, path))
+        if x is not None and x > 0 and y is not None:
+            xs.append(x)
+            ys.append(y)
+    return xs, ys
+
+
+def _all_concurrency(items: Sequence[dict[str, Any]]) -> list[float]:
+    return [float(p["concurrency"]) for i in items for p in _points(i["sweep"])]
+
+
+def _plot_throughput(items: Sequence[dict[str, Any]], path: Path, title: str, figure_cls: Any) -> None:
+    fig = figure_cls(figsize=(9, 5.5), dpi=110)
+    ax = fig.add_subplot(1, 1, 1)
+    any_steady = False
+    for index, item in enumerate(items):
+        color = f"C{index % 10}"
+        sweep = item["sweep"]
+        xs, ys = _series(sweep, "output_tok_s")
+        if not xs:
+            continue
+        ax.plot(xs, ys, marker="o", color=color, label=_label(item["meta"]))
+        sx, sy = _series(sweep, "steady_output_tok_s")
+        if sx:
+            any_steady = True
+            ax.plot(sx, sy, linestyle=":", color=color, linewidth=1.2)
+        limited = [(x, y) for p in _points(sweep) if p.get("client_limited") is True
+                   for x, y in [(_num(p.get("concurrency")), _num(p.get("output_tok_s")))]
+                   if x is not None and y is not None]
+        if limited:
+            ax.scatter([x for x, _ in limited], [y for _, y in limited], marker="x", s=90,
+                       color="black", zorder=5)
+        knee = knee_of(sweep)
+        if knee is not None and _num(knee.get("output_tok_s")) is not None:
+            kx, ky = float(knee["concurrency"]), float(knee["output_tok_s"])
+            ax.scatter([kx], [ky], marker="*", s=260, color=color, edgecolors="black", zorder=6)
+            ax.annotate(f"knee C={_fmt_count(kx)}", (kx, ky), textcoords="offset points",
+                        xytext=(6, -14), fontsize=8, color=color)
+    _concurrency_ticks(ax, _all_concurrency(items))
+    ax.set_xlabel("concurrency (requests in flight, log2 scale)")
+    ax.set_ylabel("output tokens / s (whole level)")
+    ax.set_title(f"{title}: output throughput vs concurrency")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, which="major", alpha=0.3)
+    # Legend: one entry per instance, plus what the markers mean.
+    from matplotlib.lines import Line2D
+
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], marker="*", linestyle="", markersize=13, color="grey",
+                          markeredgecolor="black"))
+    labels.append("knee")
+    if any_steady:
+        handles.append(Line2D([], [], linestyle=":", color="grey"))
+        labels.append("steady-state window")
+    if any(p.get("client_limited") is True for i in items for p in _points(i["sweep"])):
+        handles.append(Line2D([], [], marker="x", linestyle="", color="black"))
+        labels.append("client-limited level")
+    ax.legend(handles, labels, loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _plot_latency(items: Sequence[dict[str, Any]], path: Path, title: str, figure_cls: Any) -> None:
+    fig = figure_cls(figsize=(12, 5), dpi=110)
+    ax_ttft = fig.add_subplot(1, 2, 1)
+    ax_itl = fig.add_subplot(1, 2, 2)
+    ttft_values: list[float] = []
+    for index, item in enumerate(items):
+        color = f"C{index % 10}"
+        label = _label(item["meta"])
+        xs, ys = _series(item["sweep"], "ttft_ms.p50")
+        if xs:
+            ax_ttft.plot(xs, ys, marker="o", color=color, label=f"{label} p50")
+            ttft_values += ys
+        xs, ys = _series(item["sweep"], "ttft_ms.p99")
+        if xs:
+            ax_ttft.plot(xs, ys, marker="^", linestyle="--", color=color, label=f"{label} p99")
+            ttft_values += ys
+        xs, ys = _series(item["sweep"], "itl_ms.p50")
+        if xs:
+            ax_itl.plot(xs, ys, marker="o", color=color, label=f"{label} p50")
+    positive = [v for v in ttft_values if v > 0]
+    if positive and max(positive) / min(positive) > 50:
+        ax_ttft.set_yscale("log")
+    else:
+        ax_ttft.set_ylim(bottom=0)
+    ax_itl.set_ylim(bottom=0)
+    for ax, what in ((ax_ttft, "time to first token (ms)"), (ax_itl, "inter-token latency p50 (ms)")):
+        _concurrency_ticks(ax, _all_concurrency(items))
+        ax.set_xlabel("concurrency (log2 scale)")
+        ax.set_ylabel(what)
+        ax.grid(True, which="major", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=7)
+    ax_ttft.set_title("TTFT p50 (solid) and p99 (dashed)")
+    ax_itl.set_title("ITL p50 (token level)")
+    fig.suptitle(f"{title}: latency vs concurrency")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _plot_profiles(items: Sequence[dict[str, Any]], path: Path, title: str, figure_cls: Any) -> None:
+    """Left: mean throughput curve per profile; right: peak per profile vs the baseline."""
+    fig = figure_cls(figsize=(12, 5), dpi=110)
+    ax_curve = fig.add_subplot(1, 2, 1)
+    ax_bar = fig.add_subplot(1, 2, 2)
+    profiles = profiles_in_order(items)
+    for index, profile in enumerate(profiles):
+        by_c: dict[float, list[float]] = {}
+        members = [i for i in items if str(i["meta"].get("profile") or "unknown") == profile]
+        for item in members:
+            for x, y in zip(*_series(item["sweep"], "output_tok_s"), strict=True):
+                by_c.setdefault(x, []).append(y)
+        if by_c:
+            xs = sorted(by_c)
+            ys = [sum(by_c[x]) / len(by_c[x]) for x in xs]
+            ax_curve.plot(xs, ys, marker="o", color=f"C{index % 10}",
+                          label=f"{profile} (mean of {len(members)} instance{'s' if len(members) > 1 else ''})")
+    _concurrency_ticks(ax_curve, _all_concurrency(items))
+    ax_curve.set_xlabel("concurrency (log2 scale)")
+    ax_curve.set_ylabel("output tokens / s per instance")
+    ax_curve.set_title("throughput per profile")
+    ax_curve.set_ylim(bottom=0)
+    ax_curve.grid(True, alpha=0.3)
+    if ax_curve.get_legend_handles_labels()[0]:
+        ax_curve.legend(loc="best", fontsize=8)
+
+    rows = profile_summary(items)
+    names = [r["profile"] for r in rows]
+    peaks = [r["peak_output_tok_s"] or 0.0 for r in rows]
+    bars = ax_bar.bar(range(len(names)), peaks, color=[f"C{i % 10}" for i in range(len(names))])
+    for index, (bar, row) in enumerate(zip(bars, rows, strict=True)):
+        ratio = row["ratio"]
+        note = "baseline" if index == 0 else (f"{ratio:.2f}x ({(ratio - 1) * 100:+.0f}%)" if ratio is not None else MISSING)
+        ax_bar.annotate(f"{_fmt(row['peak_output_tok_s'])}\n{note}",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        textcoords="offset points", xytext=(0, 3), ha="center", va="bottom", fontsize=9)
+    ax_bar.set_xticks(range(len(names)))
+    ax_bar.set_xticklabels(names)
+    ax_bar.set_xlabel("profile")
+    ax_bar.set_ylabel("peak output tokens / s (best instance)")
+    ax_bar.set_title("peak throughput per profile")
+    ax_bar.set_ylim(0, max(peaks + [1.0]) * 1.2)
+    ax_bar.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"{title}: profiles compared")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _figure_class() -> Any:
+    """matplotlib's Figure (Agg canvas, no pyplot state), or None when it is not installed."""
+    try:
+        # Figure without pyplot draws through the Agg canvas when saving a PNG, and leaves
+        # the process's pyplot backend alone.
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    return Figure
+
+
+def write_plots(items: Sequence[dict[str, Any]], out: Path, title: str) -> tuple[list[str], list[str]]:
+    """(plot paths written, warnings)."""
+    figure_cls = _figure_class()
+    if figure_cls is None:
+        return [], ["matplotlib is not installed on the controller: no PNG plots were written"]
+    jobs = [("throughput.png", _plot_throughput), ("latency.png", _plot_latency)]
+    if len(profiles_in_order(items)) > 1:
+        jobs.append(("profiles.png", _plot_profiles))
+    plots: list[str] = []
+    warnings: list[str] = []
+    for name, func in jobs:
+        target = out / name
+        try:
+            func(items, target, title, figure_cls)
+        except Exception as exc:  # a plot must never cost the data files
+            warnings.append(f"{name} not written: {type(exc).__name__}: {exc}")
+            continue
+        plots.append(str(target))
+    return plots, warnings
+
+
+# --------------------------------------------------------------------------- latest link
+def update_latest(out: Path) -> str:
+    """Point ``<parent>/latest`` at ``out`` with a relative link, replaced atomically."""
+    parent = out.parent
+    link = parent / LATEST_NAME
+    if link.exists() and not link.is_symlink():
+        raise OSError(f"{link} exists and is not a symlink; not replacing it")
+    tmp = parent / f".{LATEST_NAME}.tmp-{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(os.path.relpath(out, parent), tmp)
+    os.replace(tmp, link)
+    return str(link)
+
+
+# --------------------------------------------------------------------------- entry point
+def plan_files(results: list[dict[str, Any]], out_dir: str) -> list[str]:
+    """The data files write_report would write (plots excluded), without writing anything."""
+    items = normalize(results)
+    out = Path(out_dir)
+    return [str(out / n) for n in _json_names(items)] + [str(out / "summary.csv"), str(out / "summary.md")]
+
+
+def write_report(
+    results: list[dict[str, Any]],
+    out_dir: str,
+    *,
+    title: str | None = None,
+    latest_link: bool = True,
+) -> dict[str, Any]:
+    """Write the report folder; return {dir, files, table, plots, warnings, latest}.
+
+    ``files`` lists everything written (JSON, CSV, Markdown and plots); ``table`` is the
+    Markdown of the instance tables (and the profile table) for printing; ``plots`` is empty,
+    with a warning, when matplotlib is missing; ``latest`` is the link path or None.
+    """
+    items = normalize(results)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: list[str] = []
+    warnings: list[str] = []
+
+    for name, item in zip(_json_names(items), items, strict=True):
+        doc = {"meta": item["meta"], "sweep": item["sweep"]}
+        target = out / name
+        _write_text(target, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+        files.append(str(target))
+
+    csv_path = out / "summary.csv"
+    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(CSV_HEADER))
+        writer.writeheader()
+        writer.writerows(csv_rows(items))
+    os.replace(tmp, csv_path)
+    files.append(str(csv_path))
+
+    md_text, table = render_markdown(items, title)
+    md_path = out / "summary.md"
+    _write_text(md_path, md_text)
+    files.append(str(md_path))
+
+    plots, plot_warnings = write_plots(items, out, title or "SGLang throughput sweep")
+    files.extend(plots)
+    warnings.extend(plot_warnings)
+
+    latest: str | None = None
+    if latest_link:
+        try:
+            latest = update_latest(out)
+        except OSError as exc:
+            warnings.append(f"latest link not updated: {exc}")
+
+    return {
+        "dir": str(out),
+        "files": files,
+        "table": table,
+        "plots": plots,
+        "warnings": warnings,
+        "latest": latest,
+    }

@@ -1,0 +1,1097 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Throughput sweep engine for SGLang servers (and anything speaking their streaming APIs).
+
+Used by the ``llmops.sglang.throughput_sweep`` module; plain Python, no Ansible import, aiohttp
+only where requests are sent (the statistics, stream parsers, knee and plateau rules below import
+and run without it). See docs/sweep.md for every definition.
+
+What it gets right that common clients get wrong:
+
+- output tokens come from the server (``usage.completion_tokens`` in OpenAI streams with
+  ``stream_options.include_usage``, cumulative ``meta_info.completion_tokens`` in native
+  ``/generate`` streams), never from the number of chunks;
+- TTFT is stamped at the first chunk that carries a token, whatever its text (real SGLang sends
+  ``"text": ""`` token chunks); the role-only chat chunk and the usage-only chunk are not tokens;
+- ITL is per token: a chunk's gap is spread over the tokens it added;
+- HTTP errors, in-stream errors, timeouts, connection errors and short outputs are counted by kind
+  and stay in the denominators;
+- one shared connector without the 100-connection cap, connections opened before each level,
+  warm-up excluded, a full-run and a steady-window throughput per level;
+- the client itself is measured (event-loop lag, CPU) and a level it limited is flagged;
+- every stage is bounded: per request, per level, per sweep.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+try:
+    import aiohttp
+
+    HAS_AIOHTTP = True
+    AIOHTTP_IMPORT_ERROR: str | None = None
+except ImportError as _exc:  # pragma: no cover - depends on the interpreter
+    aiohttp = None  # type: ignore[assignment]
+    HAS_AIOHTTP = False
+    AIOHTTP_IMPORT_ERROR = str(_exc)
+
+SCHEMA_VERSION = 1
+APIS = ("openai", "native")
+ERROR_KINDS = ("http", "stream", "timeout", "connection", "short")
+DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48)
+# A level whose full-run throughput reaches this share of the peak is at (or past) the knee.
+KNEE_SHARE = 0.9
+# Client health: a level is client-limited when the event loop used this share of one CPU core
+# (a Python client cannot use more than one) or ran this late (p99) on its 10 ms ticks.
+CLIENT_CPU_LIMIT = 0.85
+CLIENT_LAG_LIMIT_MS = 20.0
+TICK_S = 0.01
+READ_BUFSIZE = 1 << 22  # native streams repeat the cumulative output: long lines
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+PROBE_TIMEOUT_S = 10.0
+MAX_ERROR_MESSAGES = 5
+# Python < 3.11 (engine venvs) has a separate asyncio.TimeoutError.
+_TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError, asyncio.TimeoutError)
+
+DEFAULT_PROMPTS: tuple[str, ...] = (
+    "Write a Python function that parses a CSV file without the csv module, handles quoted fields "
+    "with embedded commas and newlines, and returns a list of dictionaries. Explain each step.",
+    "Explain how TCP congestion control works, comparing Reno, CUBIC and BBR, and describe what "
+    "happens to throughput and latency when a link starts dropping packets.",
+    "Build a React component for a searchable, paginated table of users fetched from a REST API. "
+    "Use hooks, debounce the search input and handle loading and error states.",
+    "Analyse the time and space complexity of quicksort, mergesort and heapsort in the best, "
+    "average and worst cases, and explain when each is the right choice in practice.",
+    "Write a bash script that rotates log files in a directory: compress files older than a day, "
+    "delete archives older than thirty days, and print a summary. Make it safe with set -euo.",
+    "Compare hash tables, balanced binary search trees, skip lists and B-trees: operations, "
+    "complexity, memory layout and cache behaviour, with an example use for each.",
+    "Describe how garbage collection works in the JVM, Go and CPython: tracing versus reference "
+    "counting, generations, pauses, and how to tune each for a latency-sensitive service.",
+    "Write a multi-stage Dockerfile for a Python web service with a slim runtime image, a non-root "
+    "user and a health check, then explain layer caching and how to keep the image small.",
+)
+
+
+class SweepError(Exception):
+    """A sweep that cannot start (bad options, no model and no /v1/models, missing aiohttp)."""
+
+
+def missing_aiohttp_message(python: str) -> str:
+    """The message a module fails with when its interpreter lacks aiohttp."""
+    return (
+        f"the Python running this module ({python}) cannot import aiohttp ({AIOHTTP_IMPORT_ERROR}). "
+        "Run the sweep with the SGLang engine venv's Python (set ansible_python_interpreter to it), "
+        "or on the controller (delegate_to: localhost), or install aiohttp for this interpreter."
+    )
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")  # noqa: UP017
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepOptions:
+    url: str
+    api: str = "openai"
+    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
+    requests: int | None = None  # per level; None: max(2*C, 8)
+    duration: float | None = None  # seconds per level instead of a request count
+    max_tokens: int = 1024
+    temperature: float = 0.6
+    top_p: float = 0.95
+    ignore_eos: bool = True
+    prompts: list[str] | None = None  # None: DEFAULT_PROMPTS
+    warmup: int = 1
+    timeout: float = 900.0  # per request, queueing at the server included
+    level_timeout: float = 1800.0
+    sweep_timeout: float = 7200.0
+    stop_on_plateau: bool = False
+    plateau_gain: float = 0.05
+    api_key: str | None = None
+    model: str | None = None
+    return_records: bool = True
+    validate_certs: bool = True
+
+    def normalized(self) -> SweepOptions:
+        """A checked copy: base URL without a trailing / or /v1, levels sorted and deduplicated."""
+        url = (self.url or "").strip().rstrip("/")
+        if url.endswith("/v1"):
+            url = url[: -len("/v1")]
+        if not url.startswith(("http://", "https://")):
+            raise SweepError(f"url must start with http:// or https://, got {self.url!r}")
+        if self.api not in APIS:
+            raise SweepError(f"api must be one of {', '.join(APIS)}, got {self.api!r}")
+        levels = sorted({int(c) for c in (self.concurrency or [])})
+        if not levels or levels[0] < 1:
+            raise SweepError(f"concurrency must be a non-empty list of integers >= 1, got {self.concurrency!r}")
+        if self.requests is not None and self.duration is not None:
+            raise SweepError("requests and duration are mutually exclusive")
+        if self.requests is not None and int(self.requests) < 1:
+            raise SweepError("requests must be >= 1")
+        if self.duration is not None and float(self.duration) <= 0:
+            raise SweepError("duration must be > 0")
+        if int(self.max_tokens) < 1:
+            raise SweepError("max_tokens must be >= 1")
+        if int(self.warmup) < 0:
+            raise SweepError("warmup must be >= 0")
+        for name in ("timeout", "level_timeout", "sweep_timeout"):
+            if float(getattr(self, name)) <= 0:
+                raise SweepError(f"{name} must be > 0")
+        if float(self.plateau_gain) < 0:
+            raise SweepError("plateau_gain must be >= 0")
+        prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
+        if not all(isinstance(p, str) and p for p in prompts):
+            raise SweepError("prompts must be non-empty strings")
+        return SweepOptions(
+            url=url,
+            api=self.api,
+            concurrency=levels,
+            requests=None if self.requests is None else int(self.requests),
+            duration=None if self.duration is None else float(self.duration),
+            max_tokens=int(self.max_tokens),
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            ignore_eos=bool(self.ignore_eos),
+            prompts=prompts,
+            warmup=int(self.warmup),
+            timeout=float(self.timeout),
+            level_timeout=float(self.level_timeout),
+            sweep_timeout=float(self.sweep_timeout),
+            stop_on_plateau=bool(self.stop_on_plateau),
+            plateau_gain=float(self.plateau_gain),
+            api_key=self.api_key or None,
+            model=self.model or None,
+            return_records=bool(self.return_records),
+            validate_certs=bool(self.validate_certs),
+        )
+
+    def requests_for(self, concurrency: int) -> int | None:
+        """Requests per level (None in duration mode): the option, or max(2*C, 8)."""
+        if self.duration is not None:
+            return None
+        if self.requests is not None:
+            return self.requests
+        return max(2 * concurrency, 8)
+
+    def effective(self, model: str | None) -> dict[str, Any]:
+        """The options as run, for the facts (the API key left out)."""
+        return {
+            "url": self.url,
+            "api": self.api,
+            "concurrency": list(self.concurrency),
+            "requests": self.requests,
+            "requests_rule": "max(2*C, 8)" if self.requests is None and self.duration is None else None,
+            "duration": self.duration,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "ignore_eos": self.ignore_eos,
+            "prompts": list(self.prompts or DEFAULT_PROMPTS),
+            "warmup": self.warmup,
+            "timeout": self.timeout,
+            "level_timeout": self.level_timeout,
+            "sweep_timeout": self.sweep_timeout,
+            "stop_on_plateau": self.stop_on_plateau,
+            "plateau_gain": self.plateau_gain,
+            "model": model,
+            "return_records": self.return_records,
+            "validate_certs": self.validate_certs,
+            "api_key_set": bool(self.api_key),
+            "knee_share": KNEE_SHARE,
+            "client_cpu_limit": CLIENT_CPU_LIMIT,
+            "client_lag_limit_ms": CLIENT_LAG_LIMIT_MS,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def percentile(samples: Sequence[float], p: float) -> float | None:
+    """The p-th percentile (0..100) by linear interpolation between closest ranks of the sorted
+    raw samples (rank = p/100 * (n-1), numpy's default); None for no samples."""
+    if not samples:
+        return None
+    data = sorted(samples)
+    if len(data) == 1:
+        return float(data[0])
+    rank = min(max(p, 0.0), 100.0) / 100.0 * (len(data) - 1)
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(data) - 1)
+    frac = rank - lo
+    return float(data[lo] + (data[hi] - data[lo]) * frac)
+
+
+def summarize(samples: Sequence[float], scale: float = 1.0, digits: int = 3) -> dict[str, float | None]:
+    """{mean, p50, p90, p99} of the raw samples times ``scale``; all None without samples."""
+    if not samples:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    data = sorted(float(s) * scale for s in samples)
+
+    def rnd(value: float | None) -> float | None:
+        return None if value is None else round(value, digits)
+
+    return {
+        "mean": rnd(math.fsum(data) / len(data)),
+        "p50": rnd(percentile(data, 50)),
+        "p90": rnd(percentile(data, 90)),
+        "p99": rnd(percentile(data, 99)),
+    }
+
+
+def itl_samples(events: Sequence[tuple[float, float]]) -> list[float]:
+    """Per-token inter-token latencies (seconds) from token events ``(arrival time, tokens added)``.
+
+    The first event is the first token (TTFT) and yields no sample. Each later event's gap from
+    the previous event is spread over the tokens it added: an event adding m tokens after a gap g
+    contributes round(m) samples of g/m (at least one), so a chunk of 3 speculative tokens counts
+    as three tokens of g/3, not one of g.
+    """
+    out: list[float] = []
+    for i in range(1, len(events)):
+        t_prev = events[i - 1][0]
+        t_cur, tokens = events[i]
+        if tokens <= 0:
+            continue
+        value = (t_cur - t_prev) / tokens
+        out.extend([value] * max(1, int(round(tokens))))
+    return out
+
+
+def steady_window(spans_by_worker: dict[int, list[tuple[float, float]]], concurrency: int) -> tuple[float, float] | None:
+    """The window in which every one of the C closed-loop clients had a request in flight.
+
+    From the moment the last client sent its first request to the moment the first client
+    finished its last one (a client re-sends as soon as a response ends, so in between the number
+    in flight equals C, up to the microseconds between one end and the next send). None when
+    fewer than C clients ran or the window is empty.
+    """
+    if len(spans_by_worker) < concurrency or not spans_by_worker:
+        return None
+    start = max(min(s for s, _ in spans) for spans in spans_by_worker.values() if spans)
+    end = min(max(e for _, e in spans) for spans in spans_by_worker.values() if spans)
+    if end <= start:
+        return None
+    return start, end
+
+
+def tokens_in_window(event_lists: Iterable[Sequence[tuple[float, float]]], start: float, end: float) -> float:
+    """Tokens whose arrival time falls inside [start, end]."""
+    return math.fsum(tokens for events in event_lists for t, tokens in events if start <= t <= end)
+
+
+def gain_per_doubling(c_prev: float, x_prev: float, c_cur: float, x_cur: float) -> float | None:
+    """Relative throughput gain per doubling of concurrency between two levels:
+    (x_cur / x_prev - 1) / log2(c_cur / c_prev). Equals the plain relative gain for levels that
+    double (8 -> 16) and stays comparable for others (32 -> 48, 1 -> 4). None when undefined."""
+    if x_prev is None or x_cur is None or x_prev <= 0 or c_cur <= c_prev:
+        return None
+    return (x_cur / x_prev - 1.0) / math.log2(c_cur / c_prev)
+
+
+def client_limited(loop_lag_ms_p99: float | None, cpu_util: float | None) -> bool:
+    """The client limited the level when its event loop used >= CLIENT_CPU_LIMIT of a core or
+    ran its 10 ms ticks >= CLIENT_LAG_LIMIT_MS late at p99."""
+    return bool(
+        (cpu_util is not None and cpu_util >= CLIENT_CPU_LIMIT)
+        or (loop_lag_ms_p99 is not None and loop_lag_ms_p99 >= CLIENT_LAG_LIMIT_MS)
+    )
+
+
+def _usable(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """Points that can speak for the server: some successful request, throughput > 0, and not
+    client-limited; when none qualifies, all points with throughput (flagged)."""
+    measured = [p for p in points if (p.get("ok") or 0) > 0 and (p.get("output_tok_s") or 0) > 0]
+    good = [p for p in measured if not p.get("client_limited")]
+    if good:
+        return sorted(good, key=lambda p: p["concurrency"]), False
+    return sorted(measured, key=lambda p: p["concurrency"]), bool(measured)
+
+
+def find_peak(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The level with the highest full-run output tok/s (the lowest concurrency on a tie)."""
+    usable, limited = _usable(points)
+    if not usable:
+        return None
+    best = max(usable, key=lambda p: (p["output_tok_s"], -p["concurrency"]))
+    return {"concurrency": best["concurrency"], "output_tok_s": best["output_tok_s"], "client_limited": limited}
+
+
+def find_knee(
+    points: Sequence[dict[str, Any]], plateau_gain: float, share: float = KNEE_SHARE
+) -> dict[str, Any] | None:
+    """The knee: the lowest concurrency level that either
+
+    - reaches ``share`` (0.9) of the peak full-run throughput (rule ``share_of_peak``), or
+    - is followed by a level that adds less than ``plateau_gain`` per doubling of concurrency
+      (rule ``plateau``): going further buys (almost) nothing.
+
+    Levels without a successful request and client-limited levels are left out (unless every
+    level is client-limited). None when no level has throughput.
+    """
+    usable, _ = _usable(points)
+    peak = find_peak(points)
+    if not usable or peak is None:
+        return None
+    top = float(peak["output_tok_s"])
+    for i, point in enumerate(usable):
+        x = float(point["output_tok_s"])
+        rule = None
+        if x >= share * top:
+            rule = "share_of_peak"
+        elif i + 1 < len(usable):
+            nxt = usable[i + 1]
+            gain = gain_per_doubling(point["concurrency"], x, nxt["concurrency"], nxt["output_tok_s"])
+            if gain is not None and gain < plateau_gain:
+                rule = "plateau"
+        if rule:
+            return {
+                "concurrency": point["concurrency"],
+                "output_tok_s": point["output_tok_s"],
+                "share_of_peak": round(x / top, 4) if top > 0 else None,
+                "rule": rule,
+            }
+    return None  # pragma: no cover - the peak itself always meets the share rule
+
+
+def plateau_reached(points: Sequence[dict[str, Any]], plateau_gain: float) -> bool:
+    """After the last point: did it gain less than ``plateau_gain`` per doubling over the previous
+    usable point? A client-limited or failed last level never counts as a plateau."""
+    if len(points) < 2:
+        return False
+    last = points[-1]
+    if last.get("client_limited") or not (last.get("ok") or 0) > 0:
+        return False
+    prev = [p for p in points[:-1] if (p.get("ok") or 0) > 0 and not p.get("client_limited")]
+    if not prev:
+        return False
+    gain = gain_per_doubling(
+        prev[-1]["concurrency"], prev[-1]["output_tok_s"], last["concurrency"], last["output_tok_s"]
+    )
+    return gain is not None and gain < plateau_gain
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream parsers (pure: fed the arrival time and the payload of each SSE ``data:`` line)
+# ---------------------------------------------------------------------------------------------
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("msg") or json.dumps(err)[:300]
+        code = err.get("code")
+        return f"{msg} (code {code})" if code is not None else str(msg)
+    return str(err)[:300]
+
+
+class StreamParser:
+    """Common state of one streamed response."""
+
+    def __init__(self) -> None:
+        self.first_token_t: float | None = None
+        self.events: list[tuple[float, float]] = []  # (arrival time, tokens added)
+        self.output_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.done = False  # data: [DONE] seen
+        self.chunks = 0
+
+    def feed(self, t: float, data: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called once the body ended."""
+
+    @property
+    def complete(self) -> bool:
+        return self.done or self.finish_reason is not None
+
+
+class OpenAIStreamParser(StreamParser):
+    """``/v1/completions`` and ``/v1/chat/completions`` streams.
+
+    A chunk carries a token when it has a ``choices`` entry, unless it is the role-only chat chunk
+    (``delta`` with a ``role`` and no content). The usage chunk (``choices: []``) is not a token.
+    The stream has no per-chunk counts, so ``close`` spreads ``usage.completion_tokens`` evenly
+    over the token chunks.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token_chunk_times: list[float] = []
+        self.usage_tokens: int | None = None
+
+    def feed(self, t: float, data: str) -> None:
+        if data == "[DONE]":
+            self.done = True
+            return
+        if self.error is not None:
+            return
+        obj = json.loads(data)
+        if not isinstance(obj, dict):
+            return
+        self.chunks += 1
+        if obj.get("error") is not None:
+            self.error = _error_text(obj["error"])
+            return
+        if obj.get("object") == "error":
+            self.error = _error_text(obj)
+            return
+        usage = obj.get("usage")
+        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            self.usage_tokens = int(usage["completion_tokens"])
+        choices = obj.get("choices") or []
+        if not choices or not isinstance(choices[0], dict):
+            return
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and delta.get("role") and not delta.get("content") and not delta.get(
+            "reasoning_content"
+        ):
+            return  # role-only chat chunk: no token
+        self.token_chunk_times.append(t)
+        if self.first_token_t is None:
+            self.first_token_t = t
+
+    def close(self) -> None:
+        self.output_tokens = self.usage_tokens
+        if self.usage_tokens is None or not self.token_chunk_times:
+            self.events = []
+            return
+        per_chunk = self.usage_tokens / len(self.token_chunk_times)
+        self.events = [(t, per_chunk) for t in self.token_chunk_times]
+
+
+_CT_RE = re.compile(r'"completion_tokens":\s*(\d+)')
+
+
+class NativeStreamParser(StreamParser):
+    """``/generate`` streams: ``meta_info.completion_tokens`` is cumulative, so each chunk's token
+    count is exact; a chunk carries tokens when the count grows.
+
+    Chunks repeat the whole output so far (text and output_ids); to keep the client cheap, a chunk
+    that is not finished is read with a scan for its count instead of a full JSON parse.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count = 0
+
+    def feed(self, t: float, data: str) -> None:
+        if data == "[DONE]":
+            self.done = True
+            return
+        if self.error is not None:
+            return
+        self.chunks += 1
+        count: int | None = None
+        finish: Any = None
+        fast = data.startswith('{"text"') and data.rfind('"finish_reason":null') >= 0
+        if fast:
+            pos = data.rfind('"completion_tokens":')
+            match = _CT_RE.match(data, pos) if pos >= 0 else None
+            if match is not None:
+                count = int(match.group(1))
+        if count is None:
+            obj = json.loads(data)
+            if not isinstance(obj, dict):
+                return
+            if obj.get("error") is not None:
+                self.error = _error_text(obj["error"])
+                return
+            meta = obj.get("meta_info") or {}
+            if meta.get("completion_tokens") is None:
+                return
+            count = int(meta["completion_tokens"])
+            finish = meta.get("finish_reason")
+        added = count - self._count
+        if added > 0:
+            self.events.append((t, float(added)))
+            if self.first_token_t is None:
+                self.first_token_t = t
+            self._count = count
+        self.output_tokens = self._count
+        if finish:
+            kind = finish.get("type") if isinstance(finish, dict) else str(finish)
+            self.finish_reason = str(kind)
+            if kind == "abort":
+                message = finish.get("message") if isinstance(finish, dict) else None
+                self.error = f"request aborted by the server: {message or finish}"
+
+    def close(self) -> None:
+        if self.output_tokens is None and self._count:
+            self.output_tokens = self._count
+
+
+def make_parser(api: str) -> StreamParser:
+    return OpenAIStreamParser() if api == "openai" else NativeStreamParser()
+
+
+# ---------------------------------------------------------------------------------------------
+# One request
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trace:
+    """One measured request (times from time.perf_counter())."""
+
+    level: int
+    concurrency: int
+    index: int
+    worker: int
+    start: float = 0.0
+    end: float = 0.0
+    first_token_t: float | None = None
+    ok: bool = False
+    error_kind: str | None = None
+    error: str | None = None
+    http_status: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    events: list[tuple[float, float]] = field(default_factory=list)
+
+    def fail(self, kind: str, message: str) -> None:
+        if self.error_kind is None:
+            self.error_kind = kind
+            self.error = message[:300]
+        self.ok = False
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token_t is None else self.first_token_t - self.start
+
+    @property
+    def e2e(self) -> float:
+        return self.end - self.start
+
+    def itl(self) -> list[float]:
+        return itl_samples(self.events)
+
+    @property
+    def tpot(self) -> float | None:
+        """(e2e - TTFT) / (output tokens - 1)."""
+        if self.ttft is None or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+    @property
+    def counted_tokens(self) -> int:
+        """Tokens this request adds to the level's output: server-counted tokens of a response
+        that completed (ok or short); 0 for a failed one."""
+        if self.error_kind in (None, "short") and self.output_tokens:
+            return int(self.output_tokens)
+        return 0
+
+
+def finalize_trace(trace: Trace, parser: StreamParser, max_tokens: int) -> None:
+    """Classify a request whose body ended (or that failed) from its parser's state."""
+    parser.close()
+    trace.first_token_t = parser.first_token_t
+    trace.output_tokens = parser.output_tokens
+    trace.finish_reason = parser.finish_reason
+    trace.events = parser.events
+    if trace.error_kind is not None:
+        return
+    if parser.error is not None:
+        trace.fail("stream", f"error in stream: {parser.error}")
+    elif not parser.complete:
+        trace.fail("stream", "stream ended before a finish_reason or [DONE]")
+    elif parser.output_tokens is None:
+        trace.fail("stream", "no token count in the stream (usage missing: include_usage ignored?)")
+    elif parser.finish_reason != "length" and parser.output_tokens < max_tokens:
+        trace.fail(
+            "short",
+            f"{parser.output_tokens} of {max_tokens} tokens, finish_reason {parser.finish_reason!r}",
+        )
+    else:
+        trace.ok = True
+
+
+def build_payload(opts: SweepOptions, model: str | None, prompt: str) -> tuple[str, dict[str, Any]]:
+    """Path and JSON body of one streamed generation request."""
+    if opts.api == "openai":
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": opts.max_tokens,
+            "temperature": opts.temperature,
+            "top_p": opts.top_p,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if opts.ignore_eos:
+            body["ignore_eos"] = True
+        return "/v1/completions", body
+    sampling: dict[str, Any] = {
+        "max_new_tokens": opts.max_tokens,
+        "temperature": opts.temperature,
+        "top_p": opts.top_p,
+        "ignore_eos": opts.ignore_eos,
+    }
+    body = {"text": prompt, "sampling_params": sampling, "stream": True}
+    if model:
+        body["model"] = model
+    return "/generate", body
+
+
+class _Client:
+    """The shared session and what every request needs."""
+
+    def __init__(self, opts: SweepOptions, session: Any, model: str | None) -> None:
+        self.opts = opts
+        self.session = session
+        self.model = model
+        self.timeout = aiohttp.ClientTimeout(total=opts.timeout)
+        self.path, _ = build_payload(opts, model, "")
+
+    async def send(self, trace: Trace, prompt: str) -> None:
+        """Send one request and fill ``trace``; never raises except CancelledError."""
+        opts = self.opts
+        _, body = build_payload(opts, self.model, prompt)
+        parser = make_parser(opts.api)
+        headers_seen = False
+        trace.start = time.perf_counter()
+        try:
+            async with self.session.post(opts.url + self.path, json=body, timeout=self.timeout) as resp:
+                trace.http_status = resp.status
+                if resp.status != 200:
+                    raw = await resp.content.read(2048)
+                    trace.fail("http", f"HTTP {resp.status}: {_http_error_message(raw)}")
+                    return
+                headers_seen = True
+                async for line in resp.content:
+                    now = time.perf_counter()
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    parser.feed(now, line[5:].strip().decode("utf-8"))
+        except asyncio.CancelledError:
+            trace.end = time.perf_counter()
+            trace.fail("timeout", "level or sweep time limit reached while the request was in flight")
+            finalize_trace(trace, parser, opts.max_tokens)
+            raise
+        except _TIMEOUTS:
+            if not parser.done:
+                trace.fail("timeout", f"no complete response within timeout={opts.timeout:g}s")
+        except (ValueError, UnicodeDecodeError) as exc:
+            trace.fail("stream", f"unreadable stream data: {exc}")
+        except aiohttp.ClientError as exc:
+            if headers_seen:
+                trace.fail("stream", f"stream broken: {type(exc).__name__}: {exc}")
+            else:
+                trace.fail("connection", f"{type(exc).__name__}: {exc}")
+        except OSError as exc:
+            trace.fail("connection", f"{type(exc).__name__}: {exc}")
+        finally:
+            if not trace.end:
+                trace.end = time.perf_counter()
+        finalize_trace(trace, parser, opts.max_tokens)
+
+
+def _http_error_message(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text[:200] or "(empty body)"
+    if isinstance(obj, dict):
+        if isinstance(obj.get("error"), (dict, str)):
+            return _error_text(obj["error"])[:200]
+        if obj.get("message"):
+            return str(obj["message"]).splitlines()[0][:200]
+    return text[:200]
+
+
+# ---------------------------------------------------------------------------------------------
+# Server probes
+# ---------------------------------------------------------------------------------------------
+
+
+def server_summary(info: dict[str, Any]) -> dict[str, Any]:
+    """What a snapshot keeps from /server_info: version, effective max_running_requests (the
+    scheduler's ``effective_max_running_requests_per_dp`` when reported, else its
+    ``max_running_requests``, else the launch argument), spec accept length, generation
+    throughput."""
+    states = info.get("internal_states")
+    state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    mrr = state.get("effective_max_running_requests_per_dp")
+    if mrr is None:
+        mrr = state.get("max_running_requests")
+    if mrr is None:
+        mrr = info.get("max_running_requests")
+    return {
+        "version": info.get("version"),
+        "max_running_requests": mrr,
+        "avg_spec_accept_length": state.get("avg_spec_accept_length"),
+        "last_gen_throughput": state.get("last_gen_throughput"),
+        "dp_size": info.get("dp_size"),
+        "speculative_algorithm": info.get("speculative_algorithm"),
+    }
+
+
+class _Probe:
+    def __init__(self, opts: SweepOptions, session: Any) -> None:
+        self.opts = opts
+        self.session = session
+        self.path: str | None = None
+        self.timeout = aiohttp.ClientTimeout(total=min(PROBE_TIMEOUT_S, opts.timeout))
+
+    async def get_json(self, path: str) -> tuple[int | None, Any, str | None]:
+        try:
+            async with self.session.get(self.opts.url + path, timeout=self.timeout) as resp:
+                if resp.status != 200:
+                    return resp.status, None, f"HTTP {resp.status}"
+                return resp.status, await resp.json(content_type=None), None
+        except (*_TIMEOUTS, aiohttp.ClientError, OSError, ValueError) as exc:
+            return None, None, f"{type(exc).__name__}: {exc}"
+
+    async def server_info(self) -> dict[str, Any]:
+        """A snapshot from /server_info, falling back to /get_server_info (SGLang < 0.5.x names)."""
+        paths = [self.path] if self.path else list(SERVER_INFO_PATHS)
+        error = None
+        for path in paths:
+            status, obj, error = await self.get_json(path)
+            if isinstance(obj, dict):
+                self.path = path
+                return {**server_summary(obj), "ok": True, "path": path, "at": utc_now_iso()}
+            if status is None:
+                break  # unreachable: no point trying the other name
+        return {**server_summary({}), "ok": False, "path": None, "error": error, "at": utc_now_iso()}
+
+    async def model(self) -> tuple[str | None, str | None]:
+        status, obj, error = await self.get_json("/v1/models")
+        if isinstance(obj, dict) and isinstance(obj.get("data"), list) and obj["data"]:
+            first = obj["data"][0]
+            if isinstance(first, dict) and first.get("id"):
+                return str(first["id"]), None
+        return None, error or "no model listed"
+
+    async def warm_connections(self, count: int) -> None:
+        """Open ``count`` keep-alive connections (concurrent cheap GETs) before a level."""
+
+        async def one() -> None:
+            await self.get_json("/v1/models")
+
+        await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Levels and the sweep
+# ---------------------------------------------------------------------------------------------
+
+
+class _Health:
+    """Event-loop lag (a 10 ms ticker) and process CPU time over a level."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._cpu0 = 0.0
+        self._wall0 = 0.0
+        self.cpu_util: float | None = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + TICK_S
+        while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            now = loop.time()
+            self.lags.append(max(0.0, now - due))
+            due = now + TICK_S
+
+    def start(self) -> None:
+        self._cpu0 = time.process_time()
+        self._wall0 = time.perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        wall = time.perf_counter() - self._wall0
+        cpu = time.process_time() - self._cpu0
+        self.cpu_util = round(cpu / wall, 3) if wall > 0 else None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def lag_ms_p99(self) -> float | None:
+        value = percentile(self.lags, 99)
+        return None if value is None else round(value * 1000.0, 3)
+
+
+@dataclass
+class LevelRun:
+    level: int
+    concurrency: int
+    traces: list[Trace]
+    timed_out: bool
+    health: _Health
+    t_start: float
+    t_end: float
+
+
+async def run_level(
+    client: _Client, level: int, concurrency: int, deadline: float, prompts: Sequence[str]
+) -> LevelRun:
+    """C closed-loop clients: each sends, waits for the end of the response, sends again, until
+    the level's request count is used up (or ``duration`` passed); cut at ``deadline``."""
+    opts = client.opts
+    total = opts.requests_for(concurrency)
+    traces: list[Trace] = []
+    counter = {"next": 0}
+    t_start = time.perf_counter()
+    stop_sending_at = t_start + opts.duration if opts.duration is not None else None
+
+    def claim() -> int | None:
+        idx = counter["next"]
+        if total is not None and idx >= total:
+            return None
+        if stop_sending_at is not None and time.perf_counter() >= stop_sending_at:
+            return None
+        counter["next"] = idx + 1
+        return idx
+
+    async def worker(wid: int) -> None:
+        while True:
+            idx = claim()
+            if idx is None:
+                return
+            trace = Trace(level=level, concurrency=concurrency, index=idx, worker=wid)
+            traces.append(trace)
+            await client.send(trace, prompts[idx % len(prompts)])
+
+    health = _Health()
+    health.start()
+    tasks = [asyncio.ensure_future(worker(w)) for w in range(concurrency)]
+    remaining = max(0.0, deadline - time.perf_counter())
+    _, pending = await asyncio.wait(tasks, timeout=remaining)
+    timed_out = bool(pending)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+    await health.stop()
+    return LevelRun(level, concurrency, traces, timed_out, health, t_start, time.perf_counter())
+
+
+def summarize_level(run: LevelRun) -> dict[str, Any]:
+    """One point of the sweep from its raw traces (see docs/sweep.md for each field)."""
+    traces = run.traces
+    errors = {kind: 0 for kind in ERROR_KINDS}
+    messages: list[str] = []
+    for trace in traces:
+        if trace.error_kind:
+            errors[trace.error_kind] = errors.get(trace.error_kind, 0) + 1
+            if trace.error and trace.error not in messages and len(messages) < MAX_ERROR_MESSAGES:
+                messages.append(trace.error)
+    errors["total"] = sum(errors[k] for k in ERROR_KINDS)
+    ok = [t for t in traces if t.ok]
+    completed = [t for t in traces if t.error_kind in (None, "short")]
+    output_tokens = sum(t.counted_tokens for t in traces)
+    if traces:
+        first = min(t.start for t in traces)
+        last = max(t.end for t in traces)
+        duration = max(last - first, 0.0)
+    else:
+        duration = 0.0
+    busy = math.fsum(t.e2e for t in traces)
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for trace in traces:
+        spans.setdefault(trace.worker, []).append((trace.start, trace.end))
+    window = steady_window(spans, run.concurrency)
+    steady = None
+    window_s = None
+    if window is not None:
+        window_s = window[1] - window[0]
+        counted = [t.events for t in traces if t.counted_tokens]
+        steady = tokens_in_window(counted, window[0], window[1]) / window_s
+    lag = run.health.lag_ms_p99
+    cpu = run.health.cpu_util
+    itl: list[float] = []
+    for trace in ok:
+        itl.extend(trace.itl())
+    return {
+        "concurrency": run.concurrency,
+        "requests": len(traces),
+        "ok": len(ok),
+        "errors": errors,
+        "error_rate": round(errors["total"] / len(traces), 4) if traces else None,
+        "error_messages": messages,
+        "output_tokens": output_tokens,
+        "avg_output_tokens": round(output_tokens / len(completed), 2) if completed else None,
+        "duration_s": round(duration, 4),
+        "output_tok_s": round(output_tokens / duration, 3) if duration > 0 else 0.0,
+        "steady_output_tok_s": None if steady is None else round(steady, 3),
+        "steady_window_s": None if window_s is None else round(window_s, 4),
+        "req_s": round(len(ok) / duration, 4) if duration > 0 else 0.0,
+        "ttft_ms": summarize([t.ttft for t in ok if t.ttft is not None], 1000.0),
+        "itl_ms": summarize(itl, 1000.0),
+        "tpot_ms": summarize([t.tpot for t in ok if t.tpot is not None], 1000.0),
+        "e2e_s": summarize([t.e2e for t in ok], 1.0, 4),
+        "achieved_concurrency": round(busy / duration, 3) if duration > 0 else 0.0,
+        "level_timed_out": run.timed_out,
+        "client_limited": client_limited(lag, cpu),
+        "client": {"loop_lag_ms_p99": lag, "cpu_util": cpu},
+        "gain_per_doubling": None,
+    }
+
+
+def trace_record(trace: Trace, t0: float) -> dict[str, Any]:
+    """The raw per-request record kept in the facts (times in seconds since the sweep started)."""
+    itl = trace.itl()
+    return {
+        "level": trace.level,
+        "concurrency": trace.concurrency,
+        "index": trace.index,
+        "ok": trace.ok,
+        "error_kind": trace.error_kind,
+        "http_status": trace.http_status,
+        "output_tokens": trace.output_tokens,
+        "finish_reason": trace.finish_reason,
+        "ttft_ms": None if trace.ttft is None else round(trace.ttft * 1000.0, 3),
+        "e2e_s": round(trace.e2e, 4),
+        "itl_ms_mean": round(math.fsum(itl) / len(itl) * 1000.0, 4) if itl else None,
+        "start_s": round(trace.start - t0, 4),
+        "end_s": round(trace.end - t0, 4),
+    }
+
+
+_NO_INFO: dict[str, Any] = {**server_summary({}), "ok": False, "path": None, "error": "sweep_timeout", "at": None}
+
+
+async def _within(awaitable: Any, deadline: float, default: Any) -> Any:
+    """Await a probe, giving up (with ``default``) at the sweep deadline."""
+    try:
+        return await asyncio.wait_for(awaitable, max(deadline - time.perf_counter(), 0.001))
+    except _TIMEOUTS:
+        return default
+
+
+async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
+    """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1)."""
+    if not HAS_AIOHTTP:
+        raise SweepError(f"aiohttp is not importable: {AIOHTTP_IMPORT_ERROR}")
+    opts = options.normalized()
+    started = utc_now_iso()
+    t0 = time.perf_counter()
+    sweep_deadline = t0 + opts.sweep_timeout
+    warnings: list[str] = []
+    points: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    stopped_on_plateau = False
+    stopped_on_timeout = False
+    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
+    async with aiohttp.ClientSession(
+        connector=connector, headers=headers, read_bufsize=READ_BUFSIZE
+    ) as session:
+        probe = _Probe(opts, session)
+        model = opts.model
+        if model is None:
+            model, error = await probe.model()
+            if model is None and opts.api == "openai":
+                raise SweepError(
+                    f"cannot learn the model name from {opts.url}/v1/models ({error}); "
+                    "is the server up? Set the model option to skip this lookup."
+                )
+            if model is None:
+                warnings.append(f"no model from /v1/models ({error}); native requests sent without one")
+        before = await probe.server_info()
+        if not before["ok"]:
+            warnings.append(f"server info unavailable ({before.get('error')}); server fields are null")
+        client = _Client(opts, session, model)
+        prompts = list(opts.prompts or DEFAULT_PROMPTS)
+        warm_ok = 0
+        for i in range(opts.warmup):
+            trace = Trace(level=-1, concurrency=1, index=i, worker=0)
+            remaining = sweep_deadline - time.perf_counter()
+            try:
+                await asyncio.wait_for(client.send(trace, prompts[i % len(prompts)]), max(remaining, 0.001))
+            except _TIMEOUTS:
+                trace.fail("timeout", "sweep_timeout reached during warm-up")
+            if trace.ok:
+                warm_ok += 1
+            else:
+                warnings.append(f"warm-up request {i} failed ({trace.error_kind}): {trace.error}")
+        after = before
+        for level, concurrency in enumerate(opts.concurrency):
+            now = time.perf_counter()
+            if now >= sweep_deadline:
+                stopped_on_timeout = True
+                warnings.append(f"sweep_timeout={opts.sweep_timeout:g}s reached before C={concurrency}")
+                break
+            await _within(probe.warm_connections(concurrency), sweep_deadline, None)
+            deadline = min(time.perf_counter() + opts.level_timeout, sweep_deadline)
+            run = await run_level(client, level, concurrency, deadline, prompts)
+            after = await _within(probe.server_info(), sweep_deadline, _NO_INFO)
+            point = summarize_level(run)
+            point["server_after"] = {k: after.get(k) for k in (
+                "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
+            )}
+            if points:
+                prev = [p for p in points if p["ok"] > 0]
+                if prev and point["ok"] > 0:
+                    gain = gain_per_doubling(
+                        prev[-1]["concurrency"], prev[-1]["output_tok_s"], concurrency, point["output_tok_s"]
+                    )
+                    point["gain_per_doubling"] = None if gain is None else round(gain, 4)
+            points.append(point)
+            if opts.return_records:
+                records.extend(trace_record(t, t0) for t in run.traces)
+            if run.timed_out and deadline >= sweep_deadline:
+                stopped_on_timeout = True
+                warnings.append(f"sweep_timeout={opts.sweep_timeout:g}s reached during C={concurrency}")
+                break
+            if opts.stop_on_plateau and plateau_reached(points, opts.plateau_gain):
+                stopped_on_plateau = True
+                break
+    finished = utc_now_iso()
+    srv_info = after if after.get("ok") else before
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "url": opts.url,
+        "api": opts.api,
+        "model": model,
+        "server": {
+            "version": srv_info.get("version"),
+            "max_running_requests": srv_info.get("max_running_requests"),
+            "avg_spec_accept_length_before": before.get("avg_spec_accept_length"),
+            "avg_spec_accept_length_after": after.get("avg_spec_accept_length"),
+            "server_info_path": probe.path,
+        },
+        "started": started,
+        "finished": finished,
+        "duration_s": round(time.perf_counter() - t0, 3),
+        "options": opts.effective(model),
+        "warmup": {"requests": opts.warmup, "ok": warm_ok},
+        "points": points,
+        "peak": find_peak(points),
+        "knee": find_knee(points, opts.plateau_gain),
+        "stopped_on_plateau": stopped_on_plateau,
+        "stopped_on_timeout": stopped_on_timeout,
+        "warnings": warnings,
+        "records": records if opts.return_records else [],
+    }
+    return result
+
+
+def run_sweep(options: SweepOptions) -> dict[str, Any]:
+    """Synchronous entry: run the sweep in a fresh event loop."""
+    return asyncio.run(arun_sweep(options))

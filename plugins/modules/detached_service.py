@@ -1,0 +1,345 @@
+#!/usr/bin/python
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Thin module over module_utils/_detached.py."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: detached_service
+short_description: Run a command as a detached, process-group-managed service with a pid file
+version_added: 0.1.0
+description:
+  - Process backend for hosts where systemd is not PID 1 (containers, many GPU clouds).
+  - A service is a command (typically one launch script that C(exec)s the SGLang server), a pid
+    file and a log file.
+  - The command is started in its own session and process group (C(setsid)), with stdin from
+    C(/dev/null) and stdout and stderr appended to O(log_file). It survives the end of the SSH
+    session that started it. The module returns once the pid file is written and O(start_grace)
+    has passed; it never waits for the server.
+  - A stop sends SIGTERM to the whole process group (and session), so processes that re-parent
+    away from the server (SGLang's scheduler and detokenizer) are reached too; it waits until
+    every one of them has exited, up to O(stop_timeout), then sends SIGKILL and waits again.
+  - A pid file counts as running only if its pid exists, is not a zombie, has the start time
+    (C(/proc/<pid>/stat) field 22) and boot id recorded in the pid file, and, when O(match) is
+    set, has O(match) in its command line. A recycled pid or a pid file from before a reboot is
+    stale, never mistaken for the server.
+  - Line 1 of the pid file is the bare pid; line 2 is a JSON record (pgid, start time, boot id,
+    start date, argv). The file is written atomically with mode C(0644).
+  - The server's environment is the module's environment, then O(env_file), then O(env), plus
+    C(LLMOPS_DETACHED_SERVICE=<name>) as a marker. Values are never put on a command line.
+  - If the leader is gone but processes of its group survive (this boot, same service marker),
+    they are stopped by O(state=stopped) and before a new start.
+  - Linux only (reads C(/proc)).
+author:
+  - llmops.sglang developers
+options:
+  name:
+    description: Name of the service, used in messages and as the environment marker.
+    type: str
+    required: true
+  command:
+    description:
+      - The argv to run, typically a single launch script that C(exec)s the server.
+      - A string is split like a shell would split it; no shell is run.
+      - Required for O(state=started) and O(state=restarted).
+    type: raw
+  pid_file:
+    description: Path of the pid file. Its folder is created when missing.
+    type: path
+    required: true
+  log_file:
+    description:
+      - Path of the log file that receives stdout and stderr (appended). Its folder is created
+        when missing; a new file is owned by O(user)/O(group) with mode C(0640).
+    type: path
+    required: true
+  state:
+    description:
+      - V(started) starts the service unless it is running.
+      - V(stopped) stops the whole process group and removes the pid file. Removing a stale pid
+        file (no running service) is reported as a change.
+      - V(restarted) stops (when running) and starts; always a change.
+      - V(status) only reports; it never changes anything.
+    type: str
+    choices: [started, stopped, restarted, status]
+    default: started
+  chdir:
+    description: Working directory of the service (default the module's working directory).
+    type: path
+  env:
+    description: Environment variables for the service; they override O(env_file).
+    type: dict
+    default: {}
+  env_file:
+    description:
+      - File of C(KEY=VALUE) lines read by the module on the target (blank lines and C(#)
+        comments skipped, an C(export) prefix and matching surrounding quotes removed, no
+        expansion). Suited to secrets such as C(HF_TOKEN); keep it mode C(0600).
+    type: path
+  user:
+    description: User to run the service as (name or uid). Needs root (C(become)).
+    type: str
+  group:
+    description: Group to run the service as (default the primary group of O(user)).
+    type: str
+  umask:
+    description: Umask of the service, an octal string such as V('0022').
+    type: raw
+  match:
+    description:
+      - Substring that the command line of the tracked pid must contain to count as the
+        service, in addition to the recorded start time. The launch script C(exec)s the server,
+        so this is part of the server's command line (for example V(sglang.launch_server)),
+        not the script's path.
+    type: str
+  stop_timeout:
+    description: Seconds to wait for every process of the group to exit after SIGTERM before SIGKILL.
+    type: int
+    default: 60
+  kill_timeout:
+    description:
+      - Seconds to wait after SIGKILL. Processes that survive it (for example stuck in a GPU
+        driver) make the task fail and the pid file is kept.
+    type: int
+    default: 30
+  start_grace:
+    description:
+      - Seconds to watch the new process after starting; if it exits within them the task
+        fails with the tail of its log.
+    type: float
+    default: 1.0
+  log_tail_lines:
+    description: Number of log lines shown when the service fails to start.
+    type: int
+    default: 50
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Where systemd is PID 1, prefer a systemd unit with C(KillMode=control-group).
+  - A process that leaves the server's session (C(setsid) of its own) cannot be tracked.
+  - A command whose leader exits during O(start_grace), even with status 0 (a script that
+    daemonizes itself), is reported as a failure; the launch script must C(exec) the server.
+seealso:
+  - name: docs/detached_service.md
+    description: Design notes in the collection.
+    link: https://github.com/llmops/llmops.sglang/tree/main/docs/detached_service.md
+"""
+
+EXAMPLES = r"""
+- name: Start the SGLang instance on GPU 0
+  llmops.sglang.detached_service:
+    name: sglang-gpu0
+    command: [/opt/llmops/sglang/gpu0/launch.sh]
+    pid_file: /run/llmops-sglang/gpu0.pid
+    log_file: /var/log/llmops-sglang/gpu0.log
+    env_file: /etc/llmops-sglang/secrets.env
+    env:
+      CUDA_VISIBLE_DEVICES: "0"
+    match: sglang.launch_server
+    user: sglang
+    umask: "0027"
+  become: true
+
+- name: Report whether it runs (read-only)
+  llmops.sglang.detached_service:
+    name: sglang-gpu0
+    pid_file: /run/llmops-sglang/gpu0.pid
+    log_file: /var/log/llmops-sglang/gpu0.log
+    state: status
+  register: __sglang_status
+
+- name: Stop it, with SIGKILL after two minutes
+  llmops.sglang.detached_service:
+    name: sglang-gpu0
+    pid_file: /run/llmops-sglang/gpu0.pid
+    log_file: /var/log/llmops-sglang/gpu0.log
+    state: stopped
+    stop_timeout: 120
+  become: true
+"""
+
+RETURN = r"""
+name:
+  description: Name of the service.
+  returned: always
+  type: str
+  sample: sglang-gpu0
+state:
+  description: The requested state.
+  returned: always
+  type: str
+  sample: started
+running:
+  description: Whether the service runs after the task (in check mode, as observed now).
+  returned: always
+  type: bool
+  sample: true
+pid:
+  description: Pid of the service's leader process (the server, after the script's exec).
+  returned: always (null when not running)
+  type: int
+  sample: 41234
+pgid:
+  description: Process group (and session) id of the service.
+  returned: always (null when not running)
+  type: int
+  sample: 41234
+cmdline:
+  description: Command line (argv) of the leader process.
+  returned: always (empty when not running)
+  type: list
+  elements: str
+  sample: [/opt/venv/bin/python, -m, sglang.launch_server, --port, "30000"]
+started_at:
+  description: UTC start time of the leader process (ISO 8601), from /proc.
+  returned: always (null when not running)
+  type: str
+  sample: "2025-11-30T05:10:00+00:00"
+uptime:
+  description: Seconds since the leader process started.
+  returned: always (null when not running)
+  type: float
+  sample: 12.5
+group_pids:
+  description: Live processes of the service's group and session (for a stale pid file, leftovers).
+  returned: always
+  type: list
+  elements: int
+  sample: [41234, 41290, 41291]
+stale:
+  description: A pid file exists but describes no running instance of the service.
+  returned: always
+  type: bool
+  sample: false
+log_file:
+  description: The log file.
+  returned: always
+  type: str
+  sample: /var/log/llmops-sglang/gpu0.log
+pid_file:
+  description: The pid file.
+  returned: always
+  type: str
+  sample: /run/llmops-sglang/gpu0.pid
+stopped_pids:
+  description: Every pid that was signalled by a stop (or by the cleanup of leftovers before a start).
+  returned: always
+  type: list
+  elements: int
+  sample: [41234, 41290, 41291]
+killed:
+  description: SIGKILL was needed because processes outlived O(stop_timeout) after SIGTERM.
+  returned: always
+  type: bool
+  sample: false
+removed_stale_pid_file:
+  description: A stale pid file was removed.
+  returned: always
+  type: bool
+  sample: false
+log_tail:
+  description: Last O(log_tail_lines) lines of the log written by the failed start (also in C(msg)).
+  returned: failure
+  type: list
+  elements: str
+  sample: ["ValueError: --mem-fraction-static must be in (0, 1)"]
+"""
+
+# Imports follow the documentation blocks, as ansible-test validate-modules requires.
+from typing import Any  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.llmops.sglang.plugins.module_utils._detached import (  # noqa: E402
+    DetachedServiceError,
+    ServiceSpec,
+    apply,
+    normalize_command,
+    parse_umask,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "command": {"type": "raw"},
+            "pid_file": {"type": "path", "required": True},
+            "log_file": {"type": "path", "required": True},
+            "state": {
+                "type": "str",
+                "default": "started",
+                "choices": ["started", "stopped", "restarted", "status"],
+            },
+            "chdir": {"type": "path"},
+            "env": {"type": "dict", "default": {}, "no_log": True},
+            "env_file": {"type": "path"},
+            "user": {"type": "str"},
+            "group": {"type": "str"},
+            "umask": {"type": "raw"},
+            "match": {"type": "str"},
+            "stop_timeout": {"type": "int", "default": 60},
+            "kill_timeout": {"type": "int", "default": 30},
+            "start_grace": {"type": "float", "default": 1.0},
+            "log_tail_lines": {"type": "int", "default": 50},
+        },
+        required_if=[("state", "started", ["command"]), ("state", "restarted", ["command"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    base: dict[str, Any] = {
+        "name": p["name"],
+        "state": p["state"],
+        "log_file": p["log_file"],
+        "pid_file": p["pid_file"],
+    }
+    try:
+        if not isinstance(p["command"], (str, list, type(None))):
+            raise DetachedServiceError("command must be a list or a string")
+        # status and stopped need no command; the placeholder is never run.
+        command = normalize_command(p["command"]) if p["command"] else [""]
+        spec = ServiceSpec(
+            name=p["name"],
+            command=command,
+            pid_file=p["pid_file"],
+            log_file=p["log_file"],
+            chdir=p["chdir"],
+            env={str(k): "" if v is None else str(v) for k, v in (p["env"] or {}).items()},
+            env_file=p["env_file"],
+            user=p["user"],
+            group=p["group"],
+            umask=parse_umask(p["umask"]),
+            match=p["match"],
+            stop_timeout=float(p["stop_timeout"]),
+            kill_timeout=float(p["kill_timeout"]),
+            start_grace=float(p["start_grace"]),
+            log_tail_lines=int(p["log_tail_lines"]),
+        )
+        result = apply(spec, p["state"], check_mode=module.check_mode)
+    except DetachedServiceError as exc:
+        module.fail_json(msg=exc.msg, log_tail=exc.log_tail, **base)
+    st = result.status
+    module.exit_json(
+        changed=result.changed,
+        msg=result.msg,
+        running=st.running,
+        pid=st.pid,
+        pgid=st.pgid,
+        cmdline=st.cmdline,
+        started_at=st.started_at,
+        uptime=st.uptime,
+        group_pids=st.group_pids,
+        stale=st.stale,
+        stopped_pids=result.stopped_pids,
+        killed=result.killed,
+        removed_stale_pid_file=result.removed_stale_pid_file,
+        **base,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Ansible module: write a throughput-sweep report folder on the controller."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sweep_report
+short_description: Write a report (JSON, CSV, Markdown, PNG) of throughput sweeps
+version_added: "0.1.0"
+description:
+  - Takes the C(sglang_sweep) facts that M(llmops.sglang.throughput_sweep) returned for each
+    server instance, with the instance's metadata from the deployment manifest, and writes one
+    report folder C(<dest>/<run_id>/).
+  - The folder holds one JSON file per instance (C(<host>_<instance>_<profile>.json), the full
+    sweep with its raw per-request records, plus meta), C(summary.csv) (one row per instance and
+    concurrency level), C(summary.md) (the seed-style table per instance, peak and knee, a
+    profile comparison when several profiles are present) and PNG plots C(throughput.png),
+    C(latency.png) and, with more than one profile, C(profiles.png).
+  - Then C(<dest>/latest) is pointed at the new folder (a relative symlink, replaced
+    atomically).
+  - 'Run it on the controller: C(delegate_to: localhost) and C(run_once: true).'
+  - Plots need matplotlib on the controller; without it everything else is written and a
+    warning is returned.
+  - See C(docs/reports.md) for the column definitions.
+author:
+  - llmops.sglang developers
+options:
+  results:
+    description:
+      - 'One item per server instance, each C({meta: {...}, sweep: {...}}).'
+      - C(meta) keys (all optional) C(host), C(instance) (for example C(gpu0)), C(profile)
+        (for example C(mtp_hicache)), C(release), C(engine) (C(sim) or C(sglang)), C(gpus),
+        C(url).
+      - C(sweep) is the C(sglang_sweep) fact of M(llmops.sglang.throughput_sweep)
+        (schema_version 1). A bare sweep without meta is accepted too.
+      - The first profile met is the baseline of the profile comparison.
+    type: list
+    elements: dict
+    required: true
+  dest:
+    description:
+      - The reports root, for example C({{ playbook_dir }}/../reports). Created if missing.
+      - The report goes to C(<dest>/<run_id>/); C(<dest>/latest) links to it.
+    type: path
+    required: true
+  run_id:
+    description:
+      - Name of the report folder under O(dest).
+      - Defaults to the current UTC time as C(%Y%m%dT%H%M%SZ), for example C(20261130T051500Z).
+      - Writing again with the same O(run_id) replaces the files of that folder.
+    type: str
+  title:
+    description:
+      - Title of C(summary.md) and of the plots.
+      - Defaults to C(SGLang throughput sweep).
+    type: str
+  latest_link:
+    description:
+      - Point C(<dest>/latest) at the new folder.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written; RV(files) lists the data files that would be.
+  diff_mode:
+    support: none
+notes:
+  - The module reads no files on managed hosts; it only writes under O(dest) on the host it
+    runs on.
+seealso:
+  - module: llmops.sglang.throughput_sweep
+"""
+
+EXAMPLES = r"""
+- name: Write the sweep report on the controller
+  llmops.sglang.sweep_report:
+    results: "{{ __bench_results }}"
+    dest: "{{ playbook_dir }}/../reports"
+    title: "Qwen3.6-27B, MTP vs MTP + HiCache"
+  delegate_to: localhost
+  run_once: true
+  register: __bench_report
+
+- name: Show the table
+  ansible.builtin.debug:
+    msg: "{{ __bench_report.table.split('\n') }}"
+  run_once: true
+
+- name: Report one hand-built result under a fixed name, without moving reports/latest
+  llmops.sglang.sweep_report:
+    results:
+      - meta: {host: node1, instance: gpu0, profile: mtp_hicache, release: 0.5.23, engine: sglang}
+        sweep: "{{ hostvars['node1'].ansible_facts.sglang_sweep }}"
+    dest: /srv/reports
+    run_id: node1-retest
+    latest_link: false
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+dir:
+  description: The report folder.
+  returned: always
+  type: str
+  sample: /home/me/llmops.sglang/reports/20261130T051500Z
+files:
+  description:
+    - Every file written (JSON per instance, summary.csv, summary.md, then the plots).
+    - In check mode, the data files that would be written (plots excluded).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - /home/me/reports/20261130T051500Z/node1_gpu0_mtp_hicache.json
+    - /home/me/reports/20261130T051500Z/summary.csv
+    - /home/me/reports/20261130T051500Z/summary.md
+    - /home/me/reports/20261130T051500Z/throughput.png
+    - /home/me/reports/20261130T051500Z/latency.png
+plots:
+  description: The PNG plots written; empty when matplotlib is missing or in check mode.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - /home/me/reports/20261130T051500Z/throughput.png
+    - /home/me/reports/20261130T051500Z/latency.png
+table:
+  description:
+    - The Markdown of summary.md without its title and column notes, for printing; per instance
+      a heading, a server line, the table (C, n, ok, err, output tok/s, avg_out, wall s, TTFT
+      p50/p99 ms, ITL p50/p99 ms) and a line naming peak, knee and client-limited levels; then
+      the profile comparison when several profiles are present.
+  returned: always
+  type: str
+  sample: |-
+    ### node1/gpu0 (mtp_hicache)
+
+    | C | n | ok | err | output tok/s | avg_out | wall s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |
+    | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+    | 1 | 8 | 8 | 0 | 61.2 | 1024 | 133.8 | 95.0 | 120.0 | 16.20 | 21.00 |
+
+    Peak: 409.0 tok/s at C=48; knee: C=8 (369.7 tok/s, 90% of peak); client-limited levels: none.
+latest:
+  description: The C(latest) link that now points at RV(dir); null when not updated.
+  returned: always
+  type: str
+  sample: /home/me/reports/latest
+report_warnings:
+  description: Problems that did not stop the report (no matplotlib, a plot that failed, a
+    C(latest) that is not a symlink). Also issued as Ansible warnings.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+"""
+
+import os
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils._report import (
+    normalize,
+    plan_files,
+    render_markdown,
+    write_report,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "results": {"type": "list", "elements": "dict", "required": True},
+            "dest": {"type": "path", "required": True},
+            "run_id": {"type": "str"},
+            "title": {"type": "str"},
+            "latest_link": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params: dict[str, Any] = module.params
+    results: list[dict[str, Any]] = params["results"]
+    if not results:
+        module.fail_json(msg="results is empty: there is no sweep to report (did the bench role run?)")
+    run_id = params["run_id"] or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    if not run_id or "/" in run_id or run_id in (".", "..", "latest"):
+        module.fail_json(msg=f"run_id {run_id!r} is not a plain folder name (and not 'latest')")
+    out_dir = os.path.join(params["dest"], run_id)
+
+    try:
+        items = normalize(results)
+    except ValueError as exc:
+        module.fail_json(msg=f"bad results: {exc}")
+
+    if module.check_mode:
+        _, table = render_markdown(items, params["title"])
+        latest = os.path.join(params["dest"], "latest") if params["latest_link"] else None
+        module.exit_json(changed=True, dir=out_dir, files=plan_files(results, out_dir), plots=[],
+                         table=table, latest=latest, report_warnings=[])
+
+    try:
+        report = write_report(results, out_dir, title=params["title"], latest_link=params["latest_link"])
+    except OSError as exc:
+        module.fail_json(msg=f"could not write the report under {out_dir}: {exc}")
+    report_warnings = report.pop("warnings")
+    for warning in report_warnings:
+        module.warn(warning)
+    module.exit_json(changed=True, report_warnings=report_warnings, **report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,475 @@
+#!/usr/bin/python
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Ansible module llmops.sglang.throughput_sweep: a thin shell over module_utils/_sweep.py."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (
+    DEFAULT_CONCURRENCY,
+    HAS_AIOHTTP,
+    SweepError,
+    SweepOptions,
+    missing_aiohttp_message,
+    run_sweep,
+)
+
+DOCUMENTATION = r"""
+---
+module: throughput_sweep
+short_description: Measure an SGLang server's output throughput and latency over concurrency levels
+version_added: "0.1.0"
+description:
+  - Sends streamed generation requests to an SGLang server (or router) at each concurrency level
+    C of O(concurrency) - C closed-loop clients, each sending its next request as soon as its
+    previous response ends - and returns per level the output tokens per second, TTFT, ITL, TPOT
+    and end-to-end latency percentiles, errors by kind and client health, plus the peak and the
+    knee of the curve, as the C(sglang_sweep) fact (schema_version 1).
+  - Output tokens are the server's own counts (C(usage.completion_tokens), requested with
+    C(stream_options.include_usage), for O(api=openai); the cumulative C(meta_info.completion_tokens)
+    for O(api=native)), never the number of streamed chunks, so speculative decoding and
+    C(--stream-interval) (several tokens per chunk) are counted right and ITL is per token.
+  - TTFT is stamped at the first chunk that carries a token, even one whose text is empty.
+  - HTTP errors, in-stream errors, timeouts, connection errors and short outputs are counted by
+    kind and stay in the denominators; a hung server ends its level at O(level_timeout) (the
+    level is marked, the play goes on).
+  - One shared connection pool without a connection cap; connections are opened before each
+    level; the O(warmup) requests are not measured.
+  - Each level reports the full-run throughput (first send to last finish) and the steady-window
+    throughput (while all C clients have a request in flight), and is marked C(client_limited)
+    when the client's event loop, not the server, set the pace.
+  - Runs next to its server with the engine venv's Python (aiohttp is there) or on the
+    controller with C(delegate_to=localhost). The Python running it needs aiohttp.
+  - Sends requests but changes nothing; always C(changed=false). In check mode nothing is sent.
+  - See C(docs/sweep.md) for every definition.
+author:
+  - llmops.sglang developers
+requirements:
+  - aiohttp (3.8 or later) for the Python that runs the module
+options:
+  url:
+    description:
+      - Base URL of the server or router, for example C(http://127.0.0.1:30000).
+      - A trailing C(/v1) is removed.
+    type: str
+    required: true
+  api:
+    description:
+      - C(openai) streams C(/v1/completions); C(native) streams SGLang's C(/generate).
+    type: str
+    choices: [openai, native]
+    default: openai
+  concurrency:
+    description:
+      - Concurrency levels (closed-loop clients), run in ascending order (duplicates dropped).
+    type: list
+    elements: int
+    default: [1, 4, 8, 16, 32, 48]
+  requests:
+    description:
+      - Requests per level, failed ones included.
+      - Defaults to C(max(2*C, 8)) for level C. Mutually exclusive with O(duration).
+    type: int
+  duration:
+    description:
+      - Seconds per level instead of a request count. Clients keep sending until the time has
+        passed; requests still in flight then are waited for (within O(level_timeout)).
+    type: float
+  max_tokens:
+    description:
+      - Output tokens asked for per request (C(max_tokens), or C(max_new_tokens) for native).
+    type: int
+    default: 1024
+  temperature:
+    description: Sampling temperature.
+    type: float
+    default: 0.6
+  top_p:
+    description: Nucleus sampling top_p.
+    type: float
+    default: 0.95
+  ignore_eos:
+    description:
+      - Ask the server to ignore end-of-sequence so that every request produces O(max_tokens)
+        tokens (C(finish_reason=length)). A response ending with another reason and fewer tokens
+        is counted as a C(short) error.
+    type: bool
+    default: true
+  prompts:
+    description:
+      - Prompts, used round-robin by request index.
+      - Defaults to 8 built-in diverse prompts (Python code, networking, React, algorithm
+        analysis, bash, data structures, garbage collection, Docker).
+    type: list
+    elements: str
+  warmup:
+    description:
+      - Requests sent one after the other before the first level, not measured.
+    type: int
+    default: 1
+  timeout:
+    description:
+      - Seconds one request may take, from send to the end of its stream, queueing at the
+        server included. Past it the request counts as a C(timeout) error.
+    type: float
+    default: 900
+  level_timeout:
+    description:
+      - Seconds one level may take. Requests in flight then are cancelled and counted as
+        C(timeout) errors; the point is marked C(level_timed_out).
+    type: float
+    default: 1800
+  sweep_timeout:
+    description:
+      - Seconds the whole sweep (warm-up and probes included) may take. Ends the running level
+        like O(level_timeout) and starts no further one; the fact has C(stopped_on_timeout=true).
+    type: float
+    default: 7200
+  stop_on_plateau:
+    description:
+      - Stop after the first level whose throughput gain over the previous level, per doubling
+        of concurrency, is below O(plateau_gain). Client-limited levels never stop the sweep.
+    type: bool
+    default: false
+  plateau_gain:
+    description:
+      - Relative throughput gain per doubling of concurrency below which the curve is flat
+        (0.05 = 5%). Used by O(stop_on_plateau) and by the knee's plateau rule.
+    type: float
+    default: 0.05
+  api_key:
+    description: Bearer token sent as C(Authorization) (SGLang's C(--api-key)).
+    type: str
+  model:
+    description:
+      - Model name sent in requests. Defaults to the first model that C(/v1/models) lists.
+    type: str
+  return_records:
+    description:
+      - Return the raw per-request records in C(sglang_sweep.records) (one small dict per
+        request), from which a fleet's results can be merged without averaging percentiles.
+    type: bool
+    default: true
+  validate_certs:
+    description: Verify TLS certificates for C(https://) URLs.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: In check mode no request is sent; the result is C(skipped=true) without facts.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - The module runs as long as the sweep does (bounded by O(sweep_timeout)); use C(async) with a
+    long O(sweep_timeout) if a connection between controller and host must not stay open.
+  - Run one module per server instance, close to it; a client far from the server adds network
+    latency to TTFT and ITL.
+seealso:
+  - module: llmops.sglang.sweep_report
+"""
+
+EXAMPLES = r"""
+# Next to the server, with the engine venv's Python (aiohttp is installed there).
+- name: Sweep the local SGLang instance
+  llmops.sglang.throughput_sweep:
+    url: http://127.0.0.1:30000
+    concurrency: [1, 4, 8, 16, 32, 48]
+    max_tokens: 1024
+  vars:
+    ansible_python_interpreter: /opt/sglang/venv/bin/python
+
+# From the controller (its Python has aiohttp), against a remote server or router.
+- name: Sweep a router from the controller, native API, stop once the curve is flat
+  llmops.sglang.throughput_sweep:
+    url: "http://{{ inventory_hostname }}:30000"
+    api: native
+    concurrency: [1, 2, 4, 8, 16, 32, 64, 128]
+    stop_on_plateau: true
+    plateau_gain: 0.05
+    sweep_timeout: 3600
+  delegate_to: localhost
+
+- name: A quick time-boxed check, 60 s per level, no raw records
+  llmops.sglang.throughput_sweep:
+    url: http://127.0.0.1:30000
+    concurrency: [8]
+    duration: 60
+    max_tokens: 256
+    return_records: false
+    api_key: "{{ sglang_api_key }}"
+
+- name: Show peak and knee
+  ansible.builtin.debug:
+    msg: >-
+      peak {{ ansible_facts['sglang_sweep']['peak'] }},
+      knee {{ ansible_facts['sglang_sweep']['knee'] }}
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts set by the module.
+  returned: success, not in check mode
+  type: dict
+  contains:
+    sglang_sweep:
+      description: The sweep (see docs/sweep.md for every definition).
+      returned: success
+      type: dict
+      contains:
+        schema_version:
+          description: Version of this structure; 1.
+          type: int
+          sample: 1
+        url:
+          description: Base URL swept (trailing C(/) and C(/v1) removed).
+          type: str
+          sample: http://127.0.0.1:30000
+        api:
+          description: C(openai) or C(native).
+          type: str
+          sample: openai
+        model:
+          description: Model name sent (given or from C(/v1/models)); null if unknown (native).
+          type: str
+          sample: /models/Qwen3.6-27B
+        server:
+          description: What the server reported about itself.
+          type: dict
+          contains:
+            version:
+              description: SGLang version from server info (last successful snapshot).
+              type: str
+              sample: 0.5.17
+            max_running_requests:
+              description:
+                - The scheduler's effective limit (C(internal_states[0].effective_max_running_requests_per_dp),
+                  else C(internal_states[0].max_running_requests), else the launch argument).
+              type: int
+              sample: 4
+            avg_spec_accept_length_before:
+              description: C(internal_states[0].avg_spec_accept_length) before the sweep (null without speculative decoding or before its first verify step).
+              type: float
+              sample: null
+            avg_spec_accept_length_after:
+              description: The same after the last level.
+              type: float
+              sample: 3.21
+            server_info_path:
+              description: The endpoint that answered, C(/server_info) or C(/get_server_info); null if none did.
+              type: str
+              sample: /server_info
+        started:
+          description: Start of the sweep, ISO-8601 UTC.
+          type: str
+          sample: "2026-11-30T05:15:00.123Z"
+        finished:
+          description: End of the sweep, ISO-8601 UTC.
+          type: str
+          sample: "2026-11-30T05:27:31.456Z"
+        duration_s:
+          description: Seconds the whole sweep took.
+          type: float
+        options:
+          description:
+            - The effective options (defaults filled in, API key left out; C(api_key_set) says
+              whether one was sent). C(requests=null) with C(requests_rule) means C(max(2*C, 8)).
+            - Also the fixed rules used, C(knee_share), C(client_cpu_limit), C(client_lag_limit_ms).
+          type: dict
+        warmup:
+          description: Warm-up requests sent and how many succeeded (C(requests), C(ok)).
+          type: dict
+        points:
+          description: One item per level run, in ascending concurrency.
+          type: list
+          elements: dict
+          contains:
+            concurrency:
+              description: Closed-loop clients C.
+              type: int
+            requests:
+              description: Requests sent at this level (failed ones included).
+              type: int
+            ok:
+              description: Requests that completed with C(finish_reason=length) or all O(max_tokens) tokens.
+              type: int
+            errors:
+              description:
+                - Failed requests by kind C(http) (status not 200), C(stream) (error in the stream,
+                  broken or truncated stream, no token count), C(timeout) (O(timeout), or cut by
+                  O(level_timeout) / O(sweep_timeout)), C(connection) (no response), C(short)
+                  (completed with fewer than O(max_tokens) tokens and another finish reason), and
+                  C(total). C(requests = ok + total).
+              type: dict
+              sample: {http: 0, stream: 0, timeout: 0, connection: 0, short: 0, total: 0}
+            error_rate:
+              description: errors.total / requests.
+              type: float
+            error_messages:
+              description: Up to 5 distinct error messages of the level.
+              type: list
+              elements: str
+            output_tokens:
+              description: Server-counted output tokens of completed responses (ok and short); failed requests add 0.
+              type: int
+            avg_output_tokens:
+              description: output_tokens / completed responses.
+              type: float
+            duration_s:
+              description: Wall time from the first send to the last finish of the level.
+              type: float
+            output_tok_s:
+              description: output_tokens / duration_s (the seed table's figure; ramp-up and tail included).
+              type: float
+            steady_output_tok_s:
+              description:
+                - Tokens that arrived inside the steady window / its length. The window runs
+                  from the moment the last client sent its first request to the moment the first
+                  client finished its last one, so all C clients have a request in flight.
+                - Null when fewer than C clients ran.
+              type: float
+            steady_window_s:
+              description: Length of the steady window in seconds.
+              type: float
+            req_s:
+              description: ok / duration_s.
+              type: float
+            ttft_ms:
+              description: Time to first token of the ok requests, C(mean), C(p50), C(p90), C(p99) in ms (percentiles by linear interpolation of the raw samples).
+              type: dict
+            itl_ms:
+              description: Inter-token latency per token over all tokens of the ok requests (a chunk's gap spread over the tokens it added), same keys.
+              type: dict
+            tpot_ms:
+              description: Per ok request (e2e - TTFT) / (output tokens - 1), same keys.
+              type: dict
+            e2e_s:
+              description: End-to-end latency of the ok requests in seconds, same keys.
+              type: dict
+            achieved_concurrency:
+              description: Average requests in flight, sum of request durations / duration_s.
+              type: float
+            level_timed_out:
+              description: The level was cut by O(level_timeout) or O(sweep_timeout).
+              type: bool
+            client_limited:
+              description:
+                - True when the client was the bottleneck, C(client.cpu_util >= 0.85) or
+                  C(client.loop_lag_ms_p99 >= 20). Such levels are left out of peak and knee.
+              type: bool
+            client:
+              description:
+                - C(loop_lag_ms_p99), p99 of how late a 10 ms ticker task ran on the event loop;
+                  C(cpu_util), process CPU time / wall time over the level (1.0 = one core busy).
+              type: dict
+            gain_per_doubling:
+              description: (this tok/s / previous level's - 1) / log2(this C / previous C); null for the first level.
+              type: float
+            server_after:
+              description: Server snapshot after the level (C(ok), C(version), C(max_running_requests), C(avg_spec_accept_length), C(last_gen_throughput), C(at)).
+              type: dict
+        peak:
+          description: The level with the highest output_tok_s among usable levels (C(concurrency), C(output_tok_s), C(client_limited) true only if every level was client-limited); null when nothing succeeded.
+          type: dict
+          sample: {concurrency: 48, output_tok_s: 409.0, client_limited: false}
+        knee:
+          description:
+            - The lowest level that reaches 90% of the peak (C(rule=share_of_peak)), or that is
+              followed by a level adding less than O(plateau_gain) per doubling of concurrency
+              (C(rule=plateau)), whichever comes first. C(share_of_peak) is its output_tok_s / the peak's.
+            - Null when nothing succeeded.
+          type: dict
+          sample: {concurrency: 8, output_tok_s: 369.7, share_of_peak: 0.9039, rule: share_of_peak}
+        stopped_on_plateau:
+          description: O(stop_on_plateau) ended the sweep early.
+          type: bool
+        stopped_on_timeout:
+          description: O(sweep_timeout) ended the sweep early.
+          type: bool
+        warnings:
+          description: Non-fatal problems (server info unavailable, failed warm-up, time limits).
+          type: list
+          elements: str
+        records:
+          description:
+            - One item per measured request (empty with O(return_records=false)), C(level) (index
+              of the level), C(concurrency), C(index) (within the level), C(ok), C(error_kind),
+              C(http_status), C(output_tokens), C(finish_reason), C(ttft_ms), C(e2e_s),
+              C(itl_ms_mean), C(start_s) and C(end_s) (seconds since the sweep started).
+          type: list
+          elements: dict
+skipped:
+  description: True in check mode (no request sent).
+  returned: check mode
+  type: bool
+msg:
+  description: One-line summary (peak and knee), or why nothing was sent in check mode.
+  returned: always
+  type: str
+  sample: "6 levels, peak 409.0 tok/s at C=48, knee C=8"
+"""
+
+
+def _summary(facts: dict[str, Any]) -> str:
+    peak = facts.get("peak")
+    knee = facts.get("knee")
+    parts = [f"{len(facts.get('points') or [])} levels"]
+    parts.append(f"peak {peak['output_tok_s']} tok/s at C={peak['concurrency']}" if peak else "no successful level")
+    parts.append(f"knee C={knee['concurrency']}" if knee else "no knee")
+    if facts.get("stopped_on_plateau"):
+        parts.append("stopped on plateau")
+    if facts.get("stopped_on_timeout"):
+        parts.append("stopped by sweep_timeout")
+    return ", ".join(parts)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "api": {"type": "str", "choices": ["openai", "native"], "default": "openai"},
+            "concurrency": {"type": "list", "elements": "int", "default": list(DEFAULT_CONCURRENCY)},
+            "requests": {"type": "int"},
+            "duration": {"type": "float"},
+            "max_tokens": {"type": "int", "default": 1024},
+            "temperature": {"type": "float", "default": 0.6},
+            "top_p": {"type": "float", "default": 0.95},
+            "ignore_eos": {"type": "bool", "default": True},
+            "prompts": {"type": "list", "elements": "str"},
+            "warmup": {"type": "int", "default": 1},
+            "timeout": {"type": "float", "default": 900.0},
+            "level_timeout": {"type": "float", "default": 1800.0},
+            "sweep_timeout": {"type": "float", "default": 7200.0},
+            "stop_on_plateau": {"type": "bool", "default": False},
+            "plateau_gain": {"type": "float", "default": 0.05},
+            "api_key": {"type": "str", "no_log": True},
+            "model": {"type": "str"},
+            "return_records": {"type": "bool", "default": True},
+            "validate_certs": {"type": "bool", "default": True},
+        },
+        mutually_exclusive=[("requests", "duration")],
+        supports_check_mode=True,
+    )
+    params: dict[str, Any] = module.params
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")
+    if not HAS_AIOHTTP:
+        module.fail_json(msg=missing_aiohttp_message(sys.executable))
+    options = SweepOptions(**{name: params[name] for name in params})
+    try:
+        facts = run_sweep(options)
+    except SweepError as exc:
+        module.fail_json(msg=str(exc))
+    for warning in facts.get("warnings") or []:
+        module.warn(warning)
+    module.exit_json(changed=False, msg=_summary(facts), ansible_facts={"sglang_sweep": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Helpers to run the collection's playbooks against localhost with the embedded engine."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` consecutive free ports (and base + 1000 ... for NCCL)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count + 1000 > 65000:
+            continue
+        ok = True
+        for port in list(range(base, base + count)) + list(range(base + 1000, base + 1000 + count)):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port block")
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    recap: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> int:
+        return sum(h["changed"] for h in self.recap.values())
+
+
+@dataclass
+class Deployment:
+    """One local 'host' in tmp_path: its inventory, base dir and playbook runner."""
+
+    base: Path
+    inventory: Path
+    extra: dict
+
+    def play(self, playbook: str, *args: str, timeout: int = 300, **extra_vars) -> Run:
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                   ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+                   ANSIBLE_CACHE_PLUGIN="memory")
+        cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(ROOT / "playbooks" / playbook)]
+        for key, value in extra_vars.items():
+            cmd += ["-e", json.dumps({key: value})]
+        cmd += list(args)
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        out = proc.stdout + proc.stderr
+        recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
+                 for m in RECAP.findall(out)}
+        return Run(proc.returncode, out, recap)
+
+    def manifest(self) -> dict:
+        return json.loads((self.base / "deployment.json").read_text())
+
+    def pids(self) -> dict[str, int]:
+        return {i["name"]: i["pid"] for i in self.manifest()["instances"]}
+
+
+def make_inventory(tmp_path: Path, **overrides) -> Deployment:
+    base = tmp_path / "sglang"
+    port = free_port_block(4)
+    hostvars = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "sglang_engine": "sim",
+        "sglang_version": "0.5.23",
+        "sglang_declared_gpus": [{"name": "NVIDIA H200", "memory_mib": 143771, "count": 2}],
+        "sglang_model_path": str(ROOT / "data" / "models" / "qwen3.6-27b"),
+        "sglang_base_dir": str(base),
+        # an existing installation: the test venv has aiohttp (sglang_install: false path)
+        "sglang_install": False,
+        "sglang_python": sys.executable,
+        "sglang_user": "",
+        "sglang_create_user": False,
+        "sglang_base_port": port,
+        "sglang_service_manager": "process",
+        "sglang_sim_time_scale": 0.005,
+        "sglang_stop_timeout": 15,
+        "sglang_ready_interval": 0.5,
+    }
+    hostvars.update(overrides)
+    inv = {"all": {"children": {"sglang_servers": {"hosts": {"localhost": hostvars}}}}}
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return Deployment(base=base, inventory=path, extra=hostvars)
+
+
+def group_members(pgid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def cleanup(dep: Deployment) -> None:
+    """Stop through the playbook; then make sure (SIGKILL) that nothing is left."""
+    pgids: list[int] = []
+    try:
+        pgids = [i["pid"] for i in dep.manifest()["instances"] if i.get("pid")]
+    except (OSError, ValueError, KeyError):
+        pass
+    dep.play("stop.yml")
+    for pgid in pgids:
+        for pid in group_members(pgid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    dep = make_inventory(tmp_path)
+    yield dep
+    cleanup(dep)
