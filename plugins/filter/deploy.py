@@ -12,6 +12,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.sglang.plugins.module_utils._deploy import (
     build_manifest,
     ready_timeout,
+    reclaim_pinned,
 )
 
 
@@ -102,6 +103,12 @@ def _status_line(status: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None,
+                    status: list[dict[str, Any]] | None) -> dict[str, Any]:
+    running = [s["name"] for s in (status or []) if s.get("process") == "running"]
+    return reclaim_pinned(facts, previous or {}, running)
+
+
 class FilterModule:
     """Deployment filters."""
 
@@ -112,4 +119,5 @@ class FilterModule:
             "deployment_manifest": _deployment_manifest,
             "service_records": _service_records,
             "status_line": _status_line,
+            "reclaim_pinned": _reclaim_pinned,
         }

@@ -215,6 +215,32 @@ def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: f
 # --------------------------------------------------------------------------- manifest
 
 
+def reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None,
+                   running: list[str] | None) -> dict[str, Any]:
+    """Facts for re-planning a host whose own servers already pin HiCache memory.
+
+    MemAvailable on a host running this deployment excludes what its instances pinned; if
+    the plan did not add that back, every re-run would size smaller and restart them. Only
+    the instances that are still running (`running`: their names) are added back. The
+    embedded engine (engine "sim") models its host pools without allocating them, so
+    nothing is added back for it.
+    """
+    out = json.loads(json.dumps(facts))
+    hicache = (previous or {}).get("hicache") or {}
+    if (previous or {}).get("engine") == "sim":
+        hicache = {}
+    per_instance = int(hicache.get("pinned_per_instance_bytes") or 0)
+    names = {i.get("name") for i in (previous or {}).get("instances", [])}
+    count = len([n for n in (running or []) if n in names])
+    reclaimed = per_instance * count
+    mem = out.setdefault("memory", {})
+    for key in ("available_bytes", "effective_available_bytes"):
+        if isinstance(mem.get(key), int):
+            mem[key] += reclaimed
+    mem["reclaimed_pinned_bytes"] = reclaimed
+    return out
+
+
 def build_manifest(
     *,
     host: str,
@@ -233,6 +259,14 @@ def build_manifest(
     An instance that did not restart keeps its earlier ready time from `previous`.
     """
     earlier = {i["name"]: i for i in (previous or {}).get("instances", []) if isinstance(i, dict)}
+    any_started = any(services.get(i["name"], {}).get("started") for i in plan["instances"])
+    hicache = plan.get("hicache")
+    prev_hicache = (previous or {}).get("hicache")
+    # Keep the arithmetic of the run that started the servers while they keep running with
+    # the same size: MemAvailable moves between runs and would rewrite the manifest.
+    if (not any_started and prev_hicache and hicache
+            and prev_hicache.get("size_gb") == hicache.get("size_gb")):
+        hicache = prev_hicache
     instances = []
     for inst in plan["instances"]:
         name = inst["name"]
@@ -258,7 +292,7 @@ def build_manifest(
             "launch_script": f"{base_dir}/{name}/launch.sh",
             "env_file": f"{base_dir}/{name}/env",
             "argv": inst.get("argv", []),
-            "hicache": plan.get("hicache"),
+            "hicache": hicache,
             "ready_at": ready_at,
             "ready_after_s": ready_after,
         })
@@ -271,6 +305,6 @@ def build_manifest(
         "service_manager": service_manager,
         "base_dir": base_dir,
         "python": python,
-        "hicache": plan.get("hicache"),
+        "hicache": hicache,
         "instances": instances,
     }

@@ -159,3 +159,30 @@ def test_status_line_and_instance_status() -> None:
     assert st["server_info_path"] == "/get_server_info"
     line = deploy_filters._status_line(st)
     assert line.startswith("gpu0: up http://x:1") and "max_running_requests=16" in line
+
+
+def test_reclaim_pinned_adds_back_only_running_instances() -> None:
+    facts = {"memory": {"available_bytes": 100, "effective_available_bytes": 90}, "gpus": []}
+    previous = {"hicache": {"pinned_per_instance_bytes": 7},
+                "instances": [{"name": "gpu0"}, {"name": "gpu1"}]}
+    out = _deploy.reclaim_pinned(facts, previous, ["gpu1", "other"])
+    assert out["memory"]["available_bytes"] == 107
+    assert out["memory"]["effective_available_bytes"] == 97
+    assert out["memory"]["reclaimed_pinned_bytes"] == 7
+    assert facts["memory"]["available_bytes"] == 100  # not mutated
+    assert _deploy.reclaim_pinned(facts, {}, [])["memory"]["reclaimed_pinned_bytes"] == 0
+    sim = dict(previous, engine="sim")
+    assert _deploy.reclaim_pinned(facts, sim, ["gpu1"])["memory"]["reclaimed_pinned_bytes"] == 0
+
+
+def test_manifest_keeps_the_hicache_arithmetic_while_servers_keep_running() -> None:
+    plan1 = dict(PLAN, hicache={"size_gb": 20, "available_bytes": 1, "pinned_per_instance_bytes": 5})
+    first = _deploy.build_manifest(host="h", plan=plan1, engine="sim", service_manager="process",
+                                   base_dir="/b", services={"gpu0": {"started": True}}, ready={})
+    plan2 = dict(PLAN, hicache={"size_gb": 20, "available_bytes": 2, "pinned_per_instance_bytes": 5})
+    second = _deploy.build_manifest(host="h", plan=plan2, engine="sim", service_manager="process",
+                                    base_dir="/b", services={}, ready={}, previous=first)
+    assert second["hicache"]["available_bytes"] == 1
+    third = _deploy.build_manifest(host="h", plan=plan2, engine="sim", service_manager="process",
+                                   base_dir="/b", services={"gpu1": {"started": True}}, ready={}, previous=first)
+    assert third["hicache"]["available_bytes"] == 2
