@@ -20,7 +20,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
-	@echo "make demo         deploy the local inventory (embedded engine), show status"
+	@echo "make demo         deploy mtp_hicache locally (embedded engine), status, throughput sweep + report"
 	@echo "make test         setup + lint + unit + integration + molecule + collection build"
 	@echo "make lint         ansible-lint (production profile) + ruff"
 	@echo "make stop         stop everything the demo started"
@@ -67,6 +67,7 @@ test: setup lint unit integration molecule build test-newcore
 demo: setup
 	$(BIN)/ansible-playbook playbooks/deploy.yml -e profile=mtp_hicache
 	$(BIN)/ansible-playbook playbooks/status.yml
+	$(BIN)/ansible-playbook playbooks/bench.yml
 
 stop: setup
 	$(BIN)/ansible-playbook playbooks/stop.yml

@@ -744,7 +744,43 @@ def server_summary(info: dict[str, Any]) -> dict[str, Any]:
         "last_gen_throughput": state.get("last_gen_throughput"),
         "dp_size": info.get("dp_size"),
         "speculative_algorithm": info.get("speculative_algorithm"),
+        # the embedded engine reports how fast it runs against the GPU it models
+        "time_scale": (info.get("llmops_sim") or {}).get("time_scale") if isinstance(info.get("llmops_sim"), dict) else None,
     }
+
+
+_RATE_KEYS = ("output_tok_s", "steady_output_tok_s", "req_s")
+_SPAN_KEYS = ("duration_s", "steady_window_s")
+_DIST_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_s")
+_RECORD_SPAN_KEYS = ("ttft_ms", "e2e_s", "itl_ms_mean", "start_s", "end_s")
+
+
+def to_model_time(points: list[dict[str, Any]], records: list[dict[str, Any]], scale: float) -> None:
+    """Convert a sweep of the time-scaled embedded engine to the GPU time it models, in place.
+
+    The engine runs `scale` wall seconds per modelled second, so rates are multiplied by
+    `scale` and times divided by it. The wall-clock figures stay under each point's `wall`.
+    The client's own overheads are divided too: on a strongly scaled run, small TTFT/ITL
+    values are mostly client and loopback time, magnified.
+    """
+    if not scale or scale <= 0 or scale == 1:
+        return
+    for point in points:
+        point["wall"] = {k: point.get(k) for k in _RATE_KEYS + _SPAN_KEYS}
+        for key in _RATE_KEYS:
+            if isinstance(point.get(key), (int, float)):
+                point[key] = round(point[key] * scale, 3)
+        for key in _SPAN_KEYS:
+            if isinstance(point.get(key), (int, float)):
+                point[key] = round(point[key] / scale, 4)
+        for key in _DIST_KEYS:
+            dist = point.get(key)
+            if isinstance(dist, dict):
+                point[key] = {k: (round(v / scale, 4) if isinstance(v, (int, float)) else v) for k, v in dist.items()}
+    for rec in records:
+        for key in _RECORD_SPAN_KEYS:
+            if isinstance(rec.get(key), (int, float)):
+                rec[key] = round(rec[key] / scale, 4)
 
 
 class _Probe:
@@ -1064,6 +1100,15 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
                 break
     finished = utc_now_iso()
     srv_info = after if after.get("ok") else before
+    scale = srv_info.get("time_scale") or before.get("time_scale")
+    time_base = "wall"
+    if isinstance(scale, (int, float)) and scale > 0 and scale != 1:
+        to_model_time(points, records, float(scale))
+        time_base = "model"
+        warnings.append(
+            f"the server is the embedded engine at time scale {scale:g}: rates and latencies are "
+            "converted to the GPU time it models (wall-clock figures under each point's 'wall')"
+        )
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "url": opts.url,
@@ -1075,7 +1120,9 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
             "avg_spec_accept_length_before": before.get("avg_spec_accept_length"),
             "avg_spec_accept_length_after": after.get("avg_spec_accept_length"),
             "server_info_path": probe.path,
+            "time_scale": scale,
         },
+        "time_base": time_base,
         "started": started,
         "finished": finished,
         "duration_s": round(time.perf_counter() - t0, 3),

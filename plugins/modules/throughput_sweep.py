@@ -265,6 +265,19 @@ ansible_facts:
               description: The endpoint that answered, C(/server_info) or C(/get_server_info); null if none did.
               type: str
               sample: /server_info
+            time_scale:
+              description:
+                - Wall seconds per modelled second reported by the embedded engine (C(llmops_sim.time_scale)
+                  in its server info); null for real servers.
+              type: float
+              sample: 0.02
+        time_base:
+          description:
+            - C(wall) for real servers. C(model) when the server is the time-scaled embedded engine, in
+              which case rates, durations and latencies (points and records) are converted to the GPU time
+              it models and each point keeps its wall-clock rates and durations under C(wall).
+          type: str
+          sample: wall
         started:
           description: Start of the sweep, ISO-8601 UTC.
           type: str

@@ -507,3 +507,20 @@ def test_ansible_doc() -> None:
     assert {"url", "api", "concurrency", "requests", "duration", "stop_on_plateau", "api_key"} <= set(options)
     assert options["api_key"].get("no_log", True)
     assert "sglang_sweep" in json.dumps(doc["return"])
+
+
+def test_to_model_time_converts_rates_and_times_of_a_scaled_engine() -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import to_model_time
+
+    points = [{"output_tok_s": 5000.0, "steady_output_tok_s": 6000.0, "req_s": 10.0, "duration_s": 2.0,
+               "steady_window_s": 1.0, "ttft_ms": {"p50": 2.0, "p99": None}, "e2e_s": {"p50": 0.5}}]
+    records = [{"ttft_ms": 2.0, "e2e_s": 0.5, "start_s": 1.0, "end_s": 1.5, "itl_ms_mean": None}]
+    to_model_time(points, records, 0.01)
+    p = points[0]
+    assert p["output_tok_s"] == 50.0 and p["steady_output_tok_s"] == 60.0 and p["req_s"] == 0.1
+    assert p["duration_s"] == 200.0 and p["ttft_ms"] == {"p50": 200.0, "p99": None} and p["e2e_s"]["p50"] == 50.0
+    assert p["wall"]["output_tok_s"] == 5000.0 and p["wall"]["duration_s"] == 2.0
+    assert records[0]["end_s"] == 150.0 and records[0]["itl_ms_mean"] is None
+    untouched = [{"output_tok_s": 1.0}]
+    to_model_time(untouched, [], 1.0)
+    assert untouched == [{"output_tok_s": 1.0}]
