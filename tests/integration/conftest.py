@@ -60,10 +60,22 @@ class Deployment:
     inventory: Path
     extra: dict
 
-    def play(self, playbook: str, *args: str, timeout: int = 300, **extra_vars) -> Run:
+    fact_cache: Path | None = None
+
+    def env(self) -> dict[str, str]:
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ.get('PATH', '')}",
                    ANSIBLE_CACHE_PLUGIN="memory")
+        if self.fact_cache is not None:
+            env.update(ANSIBLE_CACHE_PLUGIN="jsonfile", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.fact_cache))
+        return env
+
+    def adhoc(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "ansible"), "-i", str(self.inventory), *args], cwd=ROOT, env=self.env(),
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    def play(self, playbook: str, *args: str, timeout: int = 300, **extra_vars) -> Run:
+        env = self.env()
         cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(ROOT / "playbooks" / playbook)]
         for key, value in extra_vars.items():
             cmd += ["-e", json.dumps({key: value})]

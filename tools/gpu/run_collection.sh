@@ -5,12 +5,13 @@
 #
 # usage, from the checkout root, with .realsg/site312.tar.xz (build.sh) and .gpu/ (pack.sh):
 #   OUT=/some/dir bash tools/gpu/run_collection.sh 2>&1 | tee /some/dir/log.txt
-# env: PROFILE (mtp_hicache), INV (inventories/gpu), BUDGET (seconds for the whole script, 560)
+# env: PROFILE (mtp_hicache), INV (inventories/gpu), BUDGET (seconds for the whole script, 560),
+#      XVARS (extra vars for every playbook, JSON; e.g. a local rehearsal with the embedded engine)
 set -u
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT=$(pwd); W=$OUT/work; mkdir -p "$W"
-PROFILE=${PROFILE:-mtp_hicache}; INV=${INV:-inventories/gpu}
+PROFILE=${PROFILE:-mtp_hicache}; INV=${INV:-inventories/gpu}; XVARS=${XVARS:-"{}"}
 T0=$(date +%s); END=$(( T0 + ${BUDGET:-560} ))
 step() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
 # seconds a step may take: at most WANT, and never into the last RESERVE seconds (stop + collect)
@@ -46,7 +47,7 @@ PYI=$(command -v python3)
 for v in smi nvml; do
   a=""; [ $v = nvml ] && a="-a use_nvml=true"
   ANSIBLE_CALLBACK_RESULT_FORMAT=json timeout 90 ansible localhost -i "$INV" -c local \
-    -e ansible_python_interpreter="$PYI" -m llmops.sglang.host_facts $a > "$W/host_facts_$v.txt" 2>&1
+    -e ansible_python_interpreter="$PYI" -m llmops.sglang.host_facts $a > "$W/host_facts_$v.txt" 2> "$W/host_facts_$v.err"
   echo "host_facts ($v) rc=$?"
   sed '1s/^[^{]*=> //' "$W/host_facts_$v.txt" > "$OUT/host_facts_$v.json"
 done
@@ -57,16 +58,16 @@ print(json.dumps({k: f.get(k) for k in ("gpu_source", "gpu_count", "driver_versi
 PY
 
 step "plan (deploy.yml --tags plan)"
-timeout "$(tmo 60)" ansible-playbook -i "$INV" playbooks/deploy.yml -e profile="$PROFILE" --tags plan; echo "plan rc=$?"
+timeout "$(tmo 60)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/deploy.yml -e profile="$PROFILE" --tags plan; echo "plan rc=$?"
 
 step "deploy"
-timeout "$(tmo 420 90)" ansible-playbook -i "$INV" playbooks/deploy.yml -e profile="$PROFILE"; echo "deploy rc=$?"
+timeout "$(tmo 420 90)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/deploy.yml -e profile="$PROFILE"; echo "deploy rc=$?"
 
 step "status"
-timeout "$(tmo 60)" ansible-playbook -i "$INV" playbooks/status.yml; echo "status rc=$?"
+timeout "$(tmo 60)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/status.yml; echo "status rc=$?"
 
 step "bench (hosts one after another: -f 1)"
-timeout "$(tmo 200)" ansible-playbook -i "$INV" playbooks/bench.yml -f 1 -e sglang_bench_run_id=h200-real \
+timeout "$(tmo 200)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/bench.yml -f 1 -e sglang_bench_run_id=h200-real \
   -e sglang_bench_title="SGLang 0.5.17 on NVIDIA H200 (real, random weights)"; echo "bench rc=$?"
 cp reports/gpu/h200-real/summary.md "$OUT/summary.md" 2>/dev/null
 for p in 30000 30100; do
@@ -75,11 +76,11 @@ done
 
 if [ $(( END - $(date +%s) )) -gt 150 ]; then
   step "deploy again (nothing changed: expect changed=0, same pids)"
-  timeout "$(tmo 90)" ansible-playbook -i "$INV" playbooks/deploy.yml -e profile="$PROFILE"; echo "redeploy rc=$?"
+  timeout "$(tmo 90)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/deploy.yml -e profile="$PROFILE"; echo "redeploy rc=$?"
 fi
 
 step "stop"
-timeout "$(tmo 120 15)" ansible-playbook -i "$INV" playbooks/stop.yml; echo "stop rc=$?"
+timeout "$(tmo 120 15)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/stop.yml; echo "stop rc=$?"
 for pf in /tmp/sglang-run/*/gpu*/server.pid; do
   [ -f "$pf" ] && { echo "left running: $pf"; kill -TERM -- "-$(cat "$pf")" 2>/dev/null; }
 done

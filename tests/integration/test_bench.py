@@ -1,0 +1,56 @@
+"""bench.yml end to end: compare two profiles, then sweep what is deployed; facts and reports."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import Deployment
+
+pytestmark = pytest.mark.integration
+
+SMALL = {"sglang_bench_concurrency": [1, 4], "sglang_bench_max_tokens": 64, "sglang_gpus": [0]}
+
+
+def test_compare_then_bench_writes_reports_and_cached_facts(deployment: Deployment, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    deployment.fact_cache = tmp_path / "facts"
+    extra = dict(SMALL, sglang_bench_reports_dir=str(reports))
+    run = deployment.play("bench.yml", compare="baseline,mtp", **extra)
+    assert run.rc == 0, run.out[-4000:]
+    latest = reports / "latest"
+    assert latest.is_symlink()
+    folder = latest.resolve()
+    names = {p.name for p in folder.iterdir()}
+    assert {"summary.md", "summary.csv", "throughput.png", "latency.png", "profiles.png"} <= names
+    assert {"localhost_gpu0_baseline.json", "localhost_gpu0_mtp.json"} <= names
+    rows = list(csv.DictReader((folder / "summary.csv").open()))
+    assert {(r["profile"], r["concurrency"]) for r in rows} == {
+        ("baseline", "1"), ("baseline", "4"), ("mtp", "1"), ("mtp", "4")}
+    assert all(r["err"] == "0" for r in rows)
+    one = json.loads((folder / "localhost_gpu0_mtp.json").read_text())
+    sweep = one["sweep"]
+    assert sweep["time_base"] == "model" and sweep["server"]["time_scale"] == 0.005
+    assert [p["concurrency"] for p in sweep["points"]] == [1, 4]
+    assert all(p["output_tokens"] == p["requests"] * 64 for p in sweep["points"])
+    assert len(sweep["records"]) == sum(p["requests"] for p in sweep["points"])
+    # the table is printed at the end of the play
+    assert "| C | n | ok | err | output tok/s |" in run.out and "profiles.png" in run.out
+    assert deployment.manifest()["profile"] == "mtp"
+
+    # plain bench of what is deployed: facts come back and are cached for later plays
+    again = deployment.play("bench.yml", "-e", json.dumps({"sglang_bench_run_id": "rerun"}),
+                            **dict(extra, sglang_bench_concurrency=[2]))
+    assert again.rc == 0, again.out[-4000:]
+    assert (reports / "latest").resolve().name == "rerun"
+    assert folder.exists()  # earlier reports are kept
+    data = json.loads((reports / "rerun" / "localhost_gpu0_mtp.json").read_text())
+    assert data["sweep"]["points"][0]["concurrency"] == 2
+
+    # a later, separate command sees the cached facts
+    shown = deployment.adhoc("localhost", "-m", "ansible.builtin.debug", "-a", "var=sglang_sweeps")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert '"gpu0"' in shown.stdout or "gpu0:" in shown.stdout, shown.stdout[-2000:]
+    assert "output_tok_s" in shown.stdout
