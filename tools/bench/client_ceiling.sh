@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Client ceiling (docs/PERFORMANCE.md item 2): the llmops sweep logic vs SGLang 0.5.17's
+# bench_serving, against the same zero-delay server (tools/bench/zero_server.py), each client
+# pinned to CPU 0, the server to CPU 1.
+#   tools/bench/client_ceiling.sh [REPS] [CONCURRENCIES...]     (default: 2 reps, 64 256)
+# Env: MAX_TOKENS (256), REQ_PER_C (4: requests per level = 4*C), PORT (34500).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPS=${1:-2}; shift || true
+CS=("$@"); [ ${#CS[@]} -gt 0 ] || CS=(64 256)
+T=${MAX_TOKENS:-256}; K=${REQ_PER_C:-4}; PORT=${PORT:-34500}
+OUT=/tmp/llmops-perf/ceiling; mkdir -p "$OUT"
+SG=/tmp/sgbench
+if [ ! -x $SG/bin/python ] || ! $SG/bin/python -c 'import sglang, transformers, orjson' 2>/dev/null; then
+  python3 -m venv $SG
+  $SG/bin/pip install -q --no-deps sglang==0.5.17
+  $SG/bin/pip install -q aiohttp numpy requests tqdm orjson pybase64 psutil pyzmq transformers
+fi
+TOK=$SG/models/qwen3-dense
+[ -f $TOK/tokenizer.json ] || $SG/bin/python /work/shared/gpu/real-sglang/make_models.py $SG/models >/dev/null
+setsid taskset -c 1 .venv/bin/python tools/bench/zero_server.py --port "$PORT" >"$OUT/server.log" 2>&1 &
+SRV=$!
+trap 'kill -- -$SRV 2>/dev/null || true' EXIT
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.2; done
+URL=http://127.0.0.1:$PORT
+for rep in $(seq "$REPS"); do
+  for C in "${CS[@]}"; do
+    N=$((K * C))
+    echo "== rep $rep C=$C N=$N T=$T load=$(cut -d' ' -f1-3 /proc/loadavg)"
+    taskset -c 0 .venv/bin/python tools/bench/sweep_cli.py "$URL" --concurrency "$C" \
+      --requests "$N" --max-tokens "$T" --label "llmops rep$rep" | grep -v SUMMARY
+    taskset -c 0 $SG/bin/python tools/bench/run_bench_serving.py --backend sglang-oai \
+      --base-url "$URL" --model zero --tokenizer $TOK --dataset-name random \
+      --random-input-len 64 --random-output-len "$T" --random-range-ratio 1.0 \
+      --num-prompts "$N" --max-concurrency "$C" --request-rate inf --disable-tqdm \
+      --output-file "$OUT/bench_serving.jsonl" >"$OUT/bs-rep$rep-C$C.txt" 2>&1 || true
+    python3 - "$OUT/bs-rep$rep-C$C.txt" "$rep" "$C" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+def f(label):
+    m = re.search(re.escape(label) + r"\s+([\d.]+)", text)
+    return float(m.group(1)) if m else float("nan")
+dur, tps, ok = f("Benchmark duration (s):"), f("Output token throughput (tok/s):"), f("Successful requests:")
+cpu = re.search(r"BENCH_SERVING_PROCESS wall=([\d.]+)s cpu=([\d.]+)s", text)
+print(f"bench_serving rep{sys.argv[2]} C={sys.argv[3]} ok={ok:.0f} dur={dur:.2f}s tok/s={tps:.0f} "
+      f"chunk/s={tps:.0f} process_cpu={cpu.group(2) if cpu else '?'}s/wall={cpu.group(1) if cpu else '?'}s")
+if ok != ok or ok == 0:
+    print(text[-3000:])
+PY
+  done
+done
