@@ -44,7 +44,7 @@ unit: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/unit
 
 integration: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/integration
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 tests/integration
 
 molecule: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s default
@@ -59,7 +59,7 @@ test-newcore:
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP test-newcore: no Python >= 3.12 found"; exit 0; fi; \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) setup && \
 	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q tests/unit && \
-	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q tests/integration -k "idempotent or check_mode or systemd"
+	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q tests/integration -k "check_mode or systemd or fqcn or bad_profile"
 
 test: setup lint unit integration molecule build test-newcore
 	@echo "make test: all stages passed"

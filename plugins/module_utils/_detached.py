@@ -142,15 +142,26 @@ def all_stats(proc: Path = PROC) -> list[ProcStat]:
     return stats
 
 
+def has_live_threads(pid: int, proc: Path = PROC) -> bool:
+    """A zombie thread-group leader whose other threads still run (they hold its memory and
+    GPU contexts: seen on a real SGLang scheduler exiting while it released pinned memory)."""
+    try:
+        return len(os.listdir(proc / str(pid) / "task")) > 1
+    except OSError:
+        return False
+
+
 def group_members(pgid: int, proc: Path = PROC) -> list[ProcStat]:
-    """Live (non-zombie) processes in process group ``pgid`` or in session ``pgid``.
+    """Live processes in process group ``pgid`` or in session ``pgid``.
 
     The session is included so that a child that moved itself to a new process group (but
     stayed in the server's session) is still found. The calling process is never included.
+    A zombie leader counts as live while other threads of it still run.
     """
     me = os.getpid()
     return sorted(
-        (s for s in all_stats(proc) if s.alive and s.pid != me and pgid in (s.pgid, s.sid)),
+        (s for s in all_stats(proc)
+         if s.pid != me and pgid in (s.pgid, s.sid) and (s.alive or has_live_threads(s.pid, proc))),
         key=lambda s: s.pid,
     )
 

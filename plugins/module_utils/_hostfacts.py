@@ -55,6 +55,7 @@ _NULL_VALUES = frozenset(
         "[insufficient permissions]",
         "[gpu is lost]",
         "[gpu requires reset]",
+        "[no data]",  # the name of a process that is exiting
     }
 )
 _NO_DEVICES = re.compile(r"no devices were found", re.IGNORECASE)
@@ -301,7 +302,10 @@ def read_nvml() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         procs: list[dict[str, Any]] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            try:  # v2 carries the driver's reserved memory (what nvidia-smi leaves out of "used")
+                mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            except (AttributeError, TypeError, pynvml.NVMLError):
+                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             uuid = text(pynvml.nvmlDeviceGetUUID(handle))
             try:
                 mig = pynvml.nvmlDeviceGetMigMode(handle)[0] == 1

@@ -548,3 +548,21 @@ def test_user_switch_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
         d.resolve_credentials("root", None)
     with pytest.raises(d.DetachedServiceError, match="does not exist"):
         d.resolve_credentials("no-such-user-llmops", None)
+
+
+def test_zombie_leader_with_live_threads_still_counts(tmp_path) -> None:
+    """A server whose main thread exited while its other threads release memory is not gone."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _detached as d
+
+    def fake(pid: int, state: str, threads: int) -> None:
+        (tmp_path / str(pid) / "task").mkdir(parents=True)
+        for t in range(threads):
+            (tmp_path / str(pid) / "task" / str(pid + t)).mkdir()
+        fields = [state, "1", "4242", "4242"] + ["0"] * 15 + ["12345"]
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (python3) " + " ".join(fields) + "\n")
+
+    fake(4242, "Z", 3)   # leader exited, 2 threads still running
+    fake(4300, "Z", 1)   # a plain zombie
+    fake(4301, "S", 1)   # a live member
+    members = [s.pid for s in d.group_members(4242, proc=tmp_path)]
+    assert members == [4242, 4301]

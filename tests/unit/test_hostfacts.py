@@ -495,3 +495,10 @@ def test_module_documentation(repo_root: Path) -> None:
     assert set(facts_doc["gpus"]["contains"]) == set(sample["gpus"][0])
     assert set(facts_doc["memory"]["contains"]) == set(sample["memory"])
     assert set(facts_doc["memory"]["contains"]["cgroup"]["contains"]) == set(sample["memory"]["cgroup"])
+
+
+def test_exiting_process_name_no_data_is_null() -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils import _hostfacts as hf
+
+    assert hf._null("[No data]")
+    assert not hf._null("python3")

@@ -4,13 +4,16 @@
     /tmp/sgbench/bin/python tools/bench/run_bench_serving.py [bench_serving args...]
 
 /tmp/sgbench holds `pip install --no-deps sglang==0.5.17` plus the client's light imports
-(aiohttp numpy requests tqdm orjson pybase64 psutil pyzmq transformers tokenizers; see
+(aiohttp numpy requests tqdm orjson pybase64 psutil pyzmq pillow transformers==5.12.1; see
 tools/bench/client_ceiling.sh). sglang/benchmark/serving.py also imports two server modules only
 for constants/helpers: sglang.srt.disaggregation.utils (FAKE_BOOTSTRAP_HOST; the module imports
 torch) and sglang.srt.utils.network (the package __init__ imports torch through
-sglang.srt.utils.common). This wrapper provides the first as a stub with the same constant and
-loads the second from its own file without the package __init__; it stubs `datasets` and `PIL`,
-which only the HF-dataset and image datasets use. The random dataset, the request functions and
+sglang.srt.utils.common), and sglang/__init__.py itself imports torch (frontend API, HF patches
+for the server). This wrapper registers the packages sglang, sglang.srt, sglang.srt.utils with
+their real search paths but without running their __init__, provides
+sglang.srt.disaggregation.utils as a stub with the same constant, loads
+sglang.srt.utils.network from its own file; it stubs `datasets`, which only the
+HuggingFace-hub datasets use (pillow is installed: transformers' AutoProcessor needs it). The random dataset, the request functions and
 the metrics are SGLang's code, unchanged. Afterwards prints the process CPU time.
 """
 from __future__ import annotations
@@ -30,12 +33,14 @@ def _stub(name: str, **attrs: object) -> types.ModuleType:
 
 
 def _prepare() -> None:
-    import sglang  # the --no-deps install
-
-    root = sglang.__path__[0]
+    spec0 = importlib.util.find_spec("sglang")  # the --no-deps install, not executed
+    assert spec0 and spec0.submodule_search_locations
+    root = list(spec0.submodule_search_locations)[0]
+    # sglang/__init__.py (frontend API + HF patches for the server) and sglang/srt/utils/
+    # __init__.py import torch: stand-in packages with the real search paths instead
+    for name, sub in (("sglang", ""), ("sglang.srt", "/srt"), ("sglang.srt.utils", "/srt/utils")):
+        _stub(name).__path__ = [root + sub]
     _stub("sglang.srt.disaggregation.utils", FAKE_BOOTSTRAP_HOST="2.2.2.2")
-    pkg = _stub("sglang.srt.utils")
-    pkg.__path__ = [f"{root}/srt/utils"]  # a package without running its __init__
     spec = importlib.util.spec_from_file_location("sglang.srt.utils.network",
                                                   f"{root}/srt/utils/network.py")
     assert spec and spec.loader
@@ -48,9 +53,6 @@ def _prepare() -> None:
 
     if importlib.util.find_spec("datasets") is None:
         _stub("datasets", load_dataset=_no)
-    if importlib.util.find_spec("PIL") is None:
-        pil = _stub("PIL")
-        pil.Image = _stub("PIL.Image", Image=object, open=_no)
 
 
 def main() -> int:

@@ -5,7 +5,9 @@
 
 POST /v1/completions (stream) and POST /generate (stream) answer at once with every SSE event
 of the response written in ONE write (the body is built once per (api, max_tokens, usage) and
-cached), so the server spends almost nothing per token and the client has to parse every event.
+cached), so the server spends almost nothing per token and the client has to parse every event;
+with --per-event-writes each event is its own write, with a yield to the other streams in
+between (chunks then arrive as separate reads, as from a real server, and the server costs more).
 Token chunks carry non-empty text (" tok", one word per token, so SGLang's bench_serving, which
 ignores empty-text chunks, counts them), chunk_tokens tokens per event; the last token chunk has
 finish_reason "length"; a usage chunk (choices: []) only when stream_options.include_usage, then
@@ -16,6 +18,7 @@ Ids repeat between responses (cached bodies); nothing checks them.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import time
 
@@ -29,8 +32,10 @@ def _dumps(obj: object) -> bytes:
 
 
 class Zero:
-    def __init__(self, chunk_tokens: int) -> None:
+    def __init__(self, chunk_tokens: int, per_event: bool = False) -> None:
         self.m = max(1, chunk_tokens)
+        self.per_event = per_event
+        self.events: dict[bytes, list[bytes]] = {}
         self.cache: dict[tuple, bytes] = {}
         self.requests = 0
         self.tokens = 0
@@ -79,7 +84,17 @@ class Zero:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        await resp.write(body)
+        if self.per_event:
+            # one write (one send) per SSE event, yielding to the other streams in between,
+            # as a server that emits a chunk per decode step does (no sleep: zero delay)
+            events = self.events.get(body)
+            if events is None:
+                events = self.events[body] = [e + b"\n\n" for e in body.split(b"\n\n") if e]
+            for event in events:
+                await resp.write(event)
+                await asyncio.sleep(0)
+        else:
+            await resp.write(body)
         await resp.write_eof()
         return resp
 
@@ -132,8 +147,10 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=34500)
     ap.add_argument("--chunk-tokens", type=int, default=1)
+    ap.add_argument("--per-event-writes", action="store_true",
+                    help="one write per SSE event (else the whole response in one write)")
     a = ap.parse_args()
-    z = Zero(a.chunk_tokens)
+    z = Zero(a.chunk_tokens, a.per_event_writes)
     app = web.Application(client_max_size=1 << 24)
     app.add_routes([web.post("/v1/completions", z.completions), web.post("/generate", z.generate),
                     web.get("/v1/models", z.models), web.get("/server_info", z.info),

@@ -6,7 +6,9 @@
 # usage, from the checkout root, with .realsg/site312.tar.xz (build.sh) and .gpu/ (pack.sh):
 #   OUT=/some/dir bash tools/gpu/run_collection.sh 2>&1 | tee /some/dir/log.txt
 # env: PROFILE (mtp_hicache), INV (inventories/gpu), BUDGET (seconds for the whole script, 560),
-#      XVARS (extra vars for every playbook, JSON; e.g. a local rehearsal with the embedded engine)
+#      XVARS (extra vars for every playbook, JSON; e.g. a local rehearsal with the embedded engine),
+#      QUICK=1 (skip host_facts, --tags plan and the second deploy), PREWARM=1 (one sampled request
+#      per instance before the bench: the first one stalls ~100 s on a fresh machine)
 set -u
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -35,6 +37,7 @@ ansible-playbook --version | head -1
   done ) > "$W/timeline.txt" 2>&1 &
 SAMPLER=$!
 
+if [ "${QUICK:-0}" != 1 ]; then
 step "host_facts (nvidia-smi, then NVML)"
 { for f in /proc/meminfo /proc/self/cgroup /proc/1/comm /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory.high /sys/fs/cgroup/memory.current; do
     echo "### $f"; cat "$f" 2>&1; done
@@ -60,11 +63,25 @@ PY
 step "plan (deploy.yml --tags plan)"
 timeout "$(tmo 60)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/deploy.yml -e profile="$PROFILE" --tags plan; echo "plan rc=$?"
 
+fi
+
 step "deploy"
 timeout "$(tmo 420 90)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/deploy.yml -e profile="$PROFILE"; echo "deploy rc=$?"
 
 step "status"
 timeout "$(tmo 60)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/status.yml; echo "status rc=$?"
+
+if [ "${PREWARM:-0}" = 1 ]; then
+  step "prewarm: one sampled completion per instance, at the same time"
+  WP=""
+  for p in 30000 30100; do
+    ( t=$(date +%s); curl -s -m "$(tmo 240 200)" http://127.0.0.1:$p/v1/completions -H 'content-type: application/json' \
+        -d '{"model":"x","prompt":"Write a Python function that parses a CSV file.","max_tokens":16,"temperature":0.6,"top_p":0.95,"ignore_eos":true}' >/dev/null
+      echo "prewarm $p: $(( $(date +%s) - t )) s" ) &
+    WP="$WP $!"
+  done
+  wait $WP
+fi
 
 step "bench (hosts one after another: -f 1)"
 timeout "$(tmo 200)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/bench.yml -f 1 -e sglang_bench_run_id=h200-real \
@@ -74,7 +91,7 @@ for p in 30000 30100; do
   { curl -s "http://127.0.0.1:$p/metrics" | grep -E '^sglang:(spec_accept|hicache|num_running|token_usage|cache_hit)'; curl -s "http://127.0.0.1:$p/server_info"; } > "$W/metrics_$p.txt" 2>&1
 done
 
-if [ $(( END - $(date +%s) )) -gt 150 ]; then
+if [ "${QUICK:-0}" != 1 ] && [ $(( END - $(date +%s) )) -gt 150 ]; then
   step "deploy again (nothing changed: expect changed=0, same pids)"
   timeout "$(tmo 90)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/deploy.yml -e profile="$PROFILE"; echo "redeploy rc=$?"
 fi
@@ -84,7 +101,10 @@ timeout "$(tmo 120 15)" ansible-playbook -i "$INV" -e "$XVARS" playbooks/stop.ym
 for pf in /tmp/sglang-run/*/gpu*/server.pid; do
   [ -f "$pf" ] && { echo "left running: $pf"; kill -TERM -- "-$(cat "$pf")" 2>/dev/null; }
 done
-nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+for i in $(seq 1 20); do
+  u=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' '/'); echo "after stop +${i}s: gpu_used_mib=$u"
+  case $u in 0/0/|[0-9]/[0-9]/) break;; esac; sleep 1
+done
 
 step "collect"
 kill "$SAMPLER" 2>/dev/null
