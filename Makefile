@@ -34,7 +34,7 @@ $(STAMP): $(REQS)
 	touch $@
 
 setup: $(STAMP)
-	@$(BIN)/ansible --version | head -1
+	@$(PY) -c "import ansible, sys; print('ansible-core', ansible.__version__, 'on Python', sys.version.split()[0])"
 
 lint: setup
 	$(BIN)/ruff check plugins tests tools
