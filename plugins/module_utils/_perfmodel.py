@@ -348,6 +348,7 @@ class EnginePlan:
     host_oversubscribed: bool = False
     model_path: str = ""
     constants: dict[str, Any] = field(default_factory=dict)
+    overlap_schedule: bool = True
 
     @property
     def ready_seconds(self) -> float:
@@ -418,6 +419,15 @@ def _mamba_ratio(strategy: str, args: dict[str, Any]) -> int:
     if strategy.startswith("extra_buffer"):
         return 3 + (1 if args.get("disable_overlap_schedule") else 2)
     return 3
+
+
+def _overlap_schedule(args: dict[str, Any], spec: str | None, consts: dict[str, Any]) -> bool:
+    """Whether the scheduler's CPU work overlaps the GPU forward (SGLang's overlap scheduler)."""
+    if args.get("disable_overlap_schedule"):
+        return False
+    if spec is not None:
+        return bool(consts.get("spec_overlap_schedule", True))
+    return True
 
 
 def _fmt_gb(value_bytes: float) -> str:
@@ -601,8 +611,9 @@ def plan_engine(
         capture += cap.get("draft_extend", 1.25)
     else:
         capture += cap.get("decode", 3.3)
-    pin_rate = float(consts.get("pin_gb_s", 0.5)) * GB
-    pin_seconds = hicache_total / pin_rate
+    pin_rate = float(consts.get("pin_gb_s", 1.2)) * GB
+    pin_fixed = float(consts.get("pin_fixed_s", 10.0)) if pools else 0.0
+    pin_seconds = pin_fixed + hicache_total / pin_rate
     t0 = float(consts.get("process_start_s", 24.0))
     load_seconds = t0 + w_load + d_load + 1.5 + capture + float(consts.get("tokenizer_warmup_s", 8.0))
 
@@ -651,8 +662,10 @@ def plan_engine(
     lines.append((t, f"max_total_num_tokens={kv_tokens}, chunked_prefill_size={chunked}, "
                      f"max_prefill_tokens={max_prefill}, max_running_requests={mrr}, "
                      f"context_len={context_len}, available_gpu_mem={end_avail:.2f} GB"))
-    for pool in pools:
-        dur = pool.bytes / pin_rate
+    for index, pool in enumerate(pools):
+        # The first pool also carries the one-off set-up (run 1: KV 115 GB in 110 s, Mamba
+        # 47.6 GB in 34 s; run 2: KV 5.67 GB in 13 s, Mamba 2.34 GB in 2 s).
+        dur = pool.bytes / pin_rate + (pin_fixed if index == 0 else 0.0)
         if pool.name == "kv":
             if semantics == "per_pool" and release == "0.5.10":
                 text_line = f"Allocating {pool.bytes / GB:.2f} GB host memory for hierarchical KV cache."
@@ -706,6 +719,7 @@ def plan_engine(
         host_oversubscribed=oversub,
         model_path=str(args.get("model_path") or ""),
         constants=consts,
+        overlap_schedule=_overlap_schedule(args, spec, consts),
     )
 
 
@@ -758,20 +772,44 @@ def decode_step_seconds(plan: EnginePlan, batch: int, context_tokens: int) -> fl
         if batch > plan.cuda_graph_max_bs:
             one += gpu.eager_overhead_per_layer_s
         t += plan.spec_steps * one
+    # sampling (top-p/top-k sort over the vocabulary) of every verified/decoded position
+    t += tokens * shape.vocab_size * float(plan.constants.get("sampling_s_per_vocab_row", 0.0))
     if plan.hicache_enabled:
         t *= 1.0 + float(plan.constants.get("hicache_step_overhead", 0.0))
-    return t
+    cpu = scheduler_cpu_seconds(plan, batch)
+    # The overlap scheduler prepares step i+1 and processes step i's results while the GPU
+    # runs: the step takes the longer of the two; without overlap they add up.
+    return max(t, cpu) if plan.overlap_schedule else t + cpu
 
 
-def prefill_seconds(plan: EnginePlan, tokens: int) -> float:
-    """Modelled seconds to prefill ``tokens`` prompt tokens (chunked by chunked_prefill_size)."""
+def scheduler_cpu_seconds(plan: EnginePlan, batch: int) -> float:
+    """CPU seconds of one scheduler iteration (batch preparation, result processing, streaming)."""
+    consts = plan.constants
+    per_req = float(consts.get("cpu_per_request_s", 0.0))
+    if plan.spec_algorithm is not None:
+        per_req += float(consts.get("cpu_per_request_spec_s", 0.0))
+    return float(consts.get("cpu_step_s", 0.0)) + batch * per_req
+
+
+def prefill_seconds(plan: EnginePlan, tokens: int, requests: int = 1) -> float:
+    """Modelled seconds to prefill ``tokens`` prompt tokens of ``requests`` newly admitted
+    requests (chunked by chunked_prefill_size).
+
+    Besides the forward itself, a prefill batch pays a fixed cost (building the extend batch,
+    radix-cache matching, the non-graph extend launch, first-token sampling; with speculative
+    decoding the draft extend and the first draft) and a cost per admitted request.
+    """
     if tokens <= 0:
         return 0.0
     gpu, shape, tp = plan.gpu, plan.shape, plan.tp_size
+    consts = plan.constants
     bw = gpu.eff_bandwidth
     flops = gpu.bf16_tflops * 1e12 * gpu.prefill_compute_efficiency * tp
     chunk = max(plan.chunked_prefill_size, 1)
-    total = 0.0
+    total = float(consts.get("prefill_overhead_s", 0.0))
+    total += max(requests, 1) * float(consts.get("prefill_per_request_s", 0.0))
+    if plan.spec_algorithm is not None:
+        total += float(consts.get("spec_prefill_overhead_s", 0.0))
     left = tokens
     while left > 0:
         n = min(left, chunk)
