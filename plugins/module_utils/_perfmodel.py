@@ -772,8 +772,9 @@ def decode_step_seconds(plan: EnginePlan, batch: int, context_tokens: int) -> fl
         if batch > plan.cuda_graph_max_bs:
             one += gpu.eager_overhead_per_layer_s
         t += plan.spec_steps * one
-    # sampling (top-p/top-k sort over the vocabulary) of every verified/decoded position
-    t += tokens * shape.vocab_size * float(plan.constants.get("sampling_s_per_vocab_row", 0.0))
+    # sampling: one top-p/top-k pass over the vocabulary per request (the verify kernel
+    # treats a request's draft positions in the same pass)
+    t += batch * shape.vocab_size * float(plan.constants.get("sampling_s_per_vocab_row", 0.0))
     if plan.hicache_enabled:
         t *= 1.0 + float(plan.constants.get("hicache_step_overhead", 0.0))
     cpu = scheduler_cpu_seconds(plan, batch)
@@ -810,6 +811,14 @@ def prefill_seconds(plan: EnginePlan, tokens: int, requests: int = 1) -> float:
     total += max(requests, 1) * float(consts.get("prefill_per_request_s", 0.0))
     if plan.spec_algorithm is not None:
         total += float(consts.get("spec_prefill_overhead_s", 0.0))
+    if plan.hicache_enabled:
+        # write-through of the new prefixes to the host pools (KV of every prompt token, the
+        # draft KV with MTP, and each request's Mamba state), done before the next batch
+        kv_cell = shape.kv_bytes_per_token
+        if plan.spec_algorithm is not None:
+            kv_cell += shape.draft_kv_bytes_per_token
+        backup = tokens * kv_cell + max(requests, 1) * shape.mamba_state_bytes_per_slot
+        total += backup / tp / (float(consts.get("hicache_write_gb_s", 8.0)) * GB)
     left = tokens
     while left > 0:
         n = min(left, chunk)
@@ -855,6 +864,7 @@ class _Req:
     max_new: int
     generated: int = 0
     steps: int = 0
+    ready_at: float = 0.0  # virtual time the request reaches the scheduler
 
     @property
     def context(self) -> int:
@@ -868,6 +878,13 @@ class Scheduler:
     one decode / speculative verify round of all running requests, like SGLang's scheduler
     loop with prefill priority. Requests beyond ``max_running_requests`` (or beyond the KV
     token budget) wait in a FIFO queue.
+
+    A submitted request reaches the scheduler only after the front end has handled it: a fixed
+    latency (HTTP, chat template, tokenization, IPC, and the detokenizer/streaming path of its
+    first token) plus a per-request cost served one request at a time (the tokenizer manager),
+    so a burst of requests arrives spread out: the first is prefilled alone, the rest in the
+    next prefill (what the H200 run shows). While requests decode, the front end overlaps the
+    GPU; with nothing running, the wait is part of the next prefill step's ``dt``.
     """
 
     def __init__(self, plan: EnginePlan) -> None:
@@ -876,6 +893,9 @@ class Scheduler:
         self._running: list[_Req] = []
         self._clock = 0.0
         self._ratio = float(plan.constants.get("init_new_token_ratio", 0.7))
+        self._frontend_s = float(plan.constants.get("frontend_latency_s", 0.0))
+        self._frontend_per_req_s = float(plan.constants.get("frontend_per_request_s", 0.0))
+        self._frontend_free = 0.0
 
     @property
     def num_running(self) -> int:
@@ -894,7 +914,10 @@ class Scheduler:
         return sum(r.context for r in self._running)
 
     def submit(self, req_id: str, prompt_tokens: int, max_new_tokens: int) -> None:
-        self._queue.append(_Req(req_id, max(int(prompt_tokens), 1), max(int(max_new_tokens), 1)))
+        req = _Req(req_id, max(int(prompt_tokens), 1), max(int(max_new_tokens), 1))
+        self._frontend_free = max(self._clock, self._frontend_free) + self._frontend_per_req_s
+        req.ready_at = self._frontend_free + self._frontend_s
+        self._queue.append(req)
 
     def cancel(self, req_id: str) -> None:
         self._queue = deque(r for r in self._queue if r.req_id != req_id)
@@ -903,13 +926,15 @@ class Scheduler:
     def _reserved(self) -> float:
         return sum(r.context + (r.max_new - r.generated) * self._ratio for r in self._running)
 
-    def _admit(self) -> list[_Req]:
+    def _admit(self, now: float) -> list[_Req]:
         plan = self.plan
         admitted: list[_Req] = []
         budget = plan.max_prefill_tokens
         reserved = self._reserved()
         while self._queue and len(self._running) + len(admitted) < plan.max_running_requests:
             req = self._queue[0]
+            if req.ready_at > now + 1e-12:
+                break
             need = req.prompt + req.max_new * self._ratio
             if admitted and req.prompt > budget:
                 break
@@ -924,9 +949,13 @@ class Scheduler:
     def step(self) -> StepResult | None:
         if not self._queue and not self._running:
             return None
-        admitted = self._admit()
+        wait = 0.0
+        if not self._running and self._queue:
+            # idle GPU: the next step starts when the head of the queue reaches the scheduler
+            wait = max(0.0, self._queue[0].ready_at - self._clock)
+        admitted = self._admit(self._clock + wait)
         if admitted:
-            dt = prefill_seconds(self.plan, sum(r.prompt for r in admitted))
+            dt = wait + prefill_seconds(self.plan, sum(r.prompt for r in admitted), len(admitted))
             result = StepResult(dt=dt, kind="prefill")
             for req in admitted:
                 req.generated = 1

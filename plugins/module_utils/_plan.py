@@ -28,7 +28,10 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _paths
 GB = 10**9  # --hicache-size is in decimal GB (size * 1e9 bytes)
 GIB = 2**30  # the reserve is in GiB, as SGLang's own "available - 10 GiB" check
 DEFAULT_DRAFT_HOST_POOL_FACTOR = 0.19  # measured on 0.5.17 (1.44 GB on 8, 3.61 GB on 20), rounded up
-PIN_BYTES_PER_SECOND = 0.5e9  # host-memory pinning speed seen on an H200 host (0.5-0.76 GB/s)
+# Host-memory pinning on a real H200 host (SGLang 0.5.17): about 10 s plus 1.2 GB/s
+# (9.43 GB in 20 s, 191.87 GB in 168 s; see docs/PERFORMANCE.md, "Real GPU").
+PIN_FIXED_SECONDS = 10.0
+PIN_BYTES_PER_SECOND = 1.2e9
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 API_KEY_ENV = "SGLANG_API_KEY"
 PROFILES_FILE = "profiles.yml"
@@ -289,7 +292,7 @@ def hicache_plan(
         "draft_factor": draft,
         "explicit": explicit_size_gb is not None,
         "fits": total <= budget,
-        "pin_seconds_estimate": math.ceil(per_instance / PIN_BYTES_PER_SECOND),
+        "pin_seconds_estimate": math.ceil(PIN_FIXED_SECONDS + per_instance / PIN_BYTES_PER_SECOND),
         "reasoning": reasoning,
     }
 

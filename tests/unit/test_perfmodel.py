@@ -182,6 +182,10 @@ def test_calibration_table(name: str, pred: float, measured: float) -> None:
         assert _close(pred, measured, 0.30), name  # the seed only says "about 77K"
     elif "C=4" in name and "hybrid" in name:
         assert _close(pred, measured, 0.20), name
+    elif "real run hybrid: C=16" in name:
+        # today's C=16 ran faster per step (5.26 ms) than its own C=4 (6.01 ms) and than the
+        # recording's C=16 (about 6.5 ms, 2328.6 tok/s, -5% here): the two measurements disagree
+        assert _close(pred, measured, 0.25), name
     else:
         assert _close(pred, measured, TOL), name
 
@@ -229,14 +233,19 @@ def test_scheduler_queue_and_cancel() -> None:
     assert sched.step() is None
     for i in range(6):
         sched.submit(f"r{i}", 32, 20)
+    # The front end hands a burst over one request at a time: the first is prefilled alone,
+    # the rest (ready meanwhile) in the next prefill, up to max_running_requests.
     first = sched.step()
     assert first is not None and first.kind == "prefill"
-    assert sorted(first.first_token) == ["r0", "r1", "r2", "r3"]
+    assert first.first_token == ["r0"]
+    second = sched.step()
+    assert second is not None and second.kind == "prefill"
+    assert sorted(second.first_token) == ["r1", "r2", "r3"]
     assert sched.num_running == 4 and sched.num_queued == 2
     sched.cancel("r5")
     sched.cancel("r0")
     assert sched.num_queued == 1 and sched.num_running == 3
-    got: dict[str, int] = {f"r{i}": 1 for i in range(1, 4)}
+    got: dict[str, int] = {f"r{i}": 1 for i in range(1, 4)}  # r0 cancelled
     finished: list[str] = []
     while (res := sched.step()) is not None:
         assert res.dt > 0
@@ -254,3 +263,26 @@ def test_max_new_tokens_one_finishes_at_prefill() -> None:
     res = sched.step()
     assert res is not None and res.finished == ["x"] and res.first_token == ["x"]
     assert sched.step() is None
+
+
+def test_real_h200_run_shape() -> None:
+    """The refinements from the real H200 run: TTFT, per-request step cost, pinning."""
+    for name, _tok, _real, ttft, real_ttft, tpot, real_tpot in cal.real_rows():
+        if "C=1 " in name:
+            assert _close(ttft, real_ttft, 0.20), name  # front end + prefill of one request
+        assert _close(tpot, real_tpot, 0.35), name
+    dense = cal.h200_real_plan("dense")
+    # the overlap scheduler hides the CPU work until it exceeds the GPU forward (C=32)
+    assert pm.scheduler_cpu_seconds(dense, 1) < pm.decode_step_seconds(dense, 1, 100)
+    assert pm.decode_step_seconds(dense, 32, 32 * 200) == pytest.approx(
+        pm.scheduler_cpu_seconds(dense, 32))
+    assert pm.prefill_seconds(dense, 64 * 16, 16) > pm.prefill_seconds(dense, 64, 1)
+
+
+def test_pin_time_fixed_plus_rate() -> None:
+    cfg = pm.load_model_config(str(cal.MODELS / "qwen35-hybrid-small"))
+    args = dict(cal.H200_REAL_HYBRID, hicache_size=163)
+    plan = pm.plan_engine(args, cfg, pm.find_gpu("H200"), "0.5.17", 269_600_000_000)
+    assert _close(plan.hicache_total_bytes / 1e9, 191.87, 0.02)
+    assert _close(plan.pin_seconds, 168, 0.10)  # run 1: 191.87 GB pinned in 168 s
+    assert _close(cal.h200_real_plan("hybrid").pin_seconds, 20, 0.15)  # run 2: 9.43 GB in 20 s

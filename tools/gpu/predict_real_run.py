@@ -30,10 +30,14 @@ def main() -> None:
     ap.add_argument("work", type=Path)
     ap.add_argument("--accept-length", type=float, default=1.0)
     ap.add_argument("--gpu", default="NVIDIA H200")
+    ap.add_argument("--prompt-tokens", type=int, default=50,
+                    help="prompt tokens per request (the 8 built-in chat prompts: about 50)")
     ns = ap.parse_args()
-    rows = list(csv.DictReader(open(ns.work / "report" / "summary.csv")))
-    print("| instance | C | n | real tok/s | predicted tok/s | error | real TTFT p50 ms | predicted TTFT ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    summary = ns.work / "report" / "summary.csv"
+    rows = list(csv.DictReader(open(summary))) if summary.exists() else []
+    print("| instance | C | n | real tok/s | predicted tok/s | error | real TTFT mean (p50) ms "
+          "| predicted TTFT ms | real TPOT mean ms | predicted TPOT ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     shapes = []
     for manifest_path in sorted(ns.work.glob("*/deployment.json")):
         manifest = json.loads(manifest_path.read_text())
@@ -50,18 +54,21 @@ def main() -> None:
                     continue
                 c, n = int(row["concurrency"]), int(row["requests"])
                 tokens = round(float(row["avg_out"]))
-                sim = pm.simulate_level(plan, c, n, tokens)
+                sim = pm.simulate_level(plan, c, n, tokens, ns.prompt_tokens)
                 real = float(row["output_tok_s"])
                 err = 100.0 * (sim["output_tok_s"] / real - 1.0)
+                tpot = 1000.0 * (sim["mean_latency_s"] - sim["mean_ttft_s"]) / max(tokens - 1, 1)
                 print(f"| {manifest['host']}/{inst['name']} | {c} | {n} | {real:.1f} | {sim['output_tok_s']:.1f} "
-                      f"| {err:+.1f}% | {float(row['ttft_p50_ms']):.1f} | {1000 * sim['mean_ttft_s']:.1f} |")
+                      f"| {err:+.1f}% | {float(row['ttft_mean_ms']):.1f} ({float(row['ttft_p50_ms']):.1f}) "
+                      f"| {1000 * sim['mean_ttft_s']:.1f} | {float(row['tpot_mean_ms']):.2f} | {tpot:.2f} |")
     print()
-    print("| instance | predicted max_total_num_tokens | mamba slots | host pools GB | ready s (predicted) | ready s (real) |")
-    print("|---|---|---|---|---|---|")
+    print("| instance | predicted max_total_num_tokens | mamba slots | host pools GB | pin s (predicted) "
+          "| ready s (predicted) | ready s (real) |")
+    print("|---|---|---|---|---|---|---|")
     for host, inst, plan in shapes:
         pools = " + ".join(f"{p.name} {p.bytes / 1e9:.2f}" for p in plan.hicache_pools) or "-"
         print(f"| {host}/{inst['name']} | {plan.max_total_num_tokens} | {plan.mamba_slots or '-'} | {pools} "
-              f"| {plan.ready_seconds:.1f} | {inst.get('ready_after_s')} |")
+              f"| {plan.pin_seconds:.1f} | {plan.ready_seconds:.1f} | {inst.get('ready_after_s')} |")
 
 
 if __name__ == "__main__":
