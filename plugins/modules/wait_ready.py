@@ -12,7 +12,7 @@ description:
   - Polls every instance's C(/health_generate) endpoint in parallel, from the host the
     instances run on, until it answers 200 (one token generated), the instance's process
     dies, or the instance's timeout passes.
-  - Readiness is never judged from an open port or C(/v1/models): both answer before the
+  - Readiness is never judged from an open port or C(/v1/models); both answer before the
     server has warmed up.
   - On failure the module fails naming each instance that is not ready, with the last lines
     of its log. Instances that became ready are left running.
@@ -51,7 +51,7 @@ options:
     type: float
     default: 30
   api_key:
-    description: Sent as C(Authorization: Bearer) when the servers enforce C(--api-key).
+    description: Sent as an C(Authorization) bearer token when the servers enforce C(--api-key).
     type: str
   log_tail_lines:
     description: How many log lines to show for an instance that is not ready.

@@ -41,3 +41,26 @@ def test_changelog_fragments_are_valid(repo_root) -> None:
         data = yaml.safe_load(frag.read_text())
         assert set(data) <= sections | {"trivial"}, frag
         assert all(isinstance(v, list) and v for v in data.values()), frag
+
+
+def test_every_plugin_documents_itself(repo_root) -> None:
+    import os
+
+    env = dict(os.environ, ANSIBLE_CONFIG=str(repo_root / "ansible.cfg"))
+    bindir = os.path.dirname(sys.executable)
+    modules = sorted(p.stem for p in (repo_root / "plugins" / "modules").glob("*.py"))
+    filters = sorted(p.stem for p in (repo_root / "plugins" / "filter").glob("*.yml"))
+    res = subprocess.run([os.path.join(bindir, "ansible-doc"), "--json", *[f"llmops.sglang.{m}" for m in modules]],
+                         cwd=repo_root, env=env, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    import json
+
+    docs = json.loads(res.stdout)
+    assert sorted(docs) == [f"llmops.sglang.{m}" for m in modules]
+    for name, doc in docs.items():
+        assert doc["doc"]["short_description"] and doc["return"] and doc["examples"], name
+    res = subprocess.run([os.path.join(bindir, "ansible-doc"), "-t", "filter", "--json",
+                          *[f"llmops.sglang.{f}" for f in filters]],
+                         cwd=repo_root, env=env, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)) == len(filters)
