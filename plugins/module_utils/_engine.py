@@ -1197,6 +1197,18 @@ class Engine:
                                    "code": 503}, 503)
         return None
 
+    def _admit(self, body: dict[str, Any], prompts: list[Any], max_tokens: int,
+               stream: bool) -> web.StreamResponse | tuple[str, str, int, bool, Any, Any]:
+        """Submit a validated OpenAI request: (model, id, created, include_usage, reqs, sink),
+        or the 503 the real server answers while it is not ready."""
+        busy = self._not_ready()
+        if busy is not None:
+            return busy
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        reqs, sink = self.submit(prompts, max_tokens, stream, seed=body.get("seed"))
+        return (str(body.get("model") or "default"), uuid.uuid4().hex, int(time.time()),
+                include_usage, reqs, sink)
+
     # -- OpenAI completions --------------------------------------------------------------
     async def h_completions(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -1221,14 +1233,10 @@ class Engine:
             return self._bad_request(request, exc)
         except _ServingError as exc:
             return self._serving_error(str(exc))
-        busy = self._not_ready()
-        if busy is not None:
-            return busy
-        model = str(body.get("model") or "default")
-        cid = uuid.uuid4().hex
-        created = int(time.time())
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        reqs, sink = self.submit(prompts, max_tokens, stream, seed=body.get("seed"))
+        admitted = self._admit(body, prompts, max_tokens, stream)
+        if isinstance(admitted, web.StreamResponse):
+            return admitted
+        model, cid, created, include_usage, reqs, sink = admitted
         if not stream:
             await self._drain(reqs, sink)
             return _json_response({
@@ -1288,14 +1296,10 @@ class Engine:
             return self._bad_request(request, exc)
         except _ServingError as exc:
             return self._serving_error(str(exc))
-        busy = self._not_ready()
-        if busy is not None:
-            return busy
-        model = str(body.get("model") or "default")
-        cid = uuid.uuid4().hex
-        created = int(time.time())
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        reqs, sink = self.submit(prompts, max_tokens, stream, seed=body.get("seed"))
+        admitted = self._admit(body, prompts, max_tokens, stream)
+        if isinstance(admitted, web.StreamResponse):
+            return admitted
+        model, cid, created, include_usage, reqs, sink = admitted
         if eos_at is not None and eos_at == max_tokens:
             for req in reqs:
                 req.finish_reason = "stop"
