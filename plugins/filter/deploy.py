@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -14,6 +13,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._deploy import (
     ready_timeout,
     reclaim_pinned,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._detached import parse_pid_file
 
 
 def _ready_timeout(instance: dict[str, Any], plan: dict[str, Any], engine: str = "sglang",
@@ -53,15 +53,8 @@ def _deployment_manifest(plan: dict[str, Any], *, host: str, engine: str, servic
 
 
 def _pid_from_text(text: str) -> int | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        if text.startswith("{"):
-            return int(json.loads(text)["pid"])
-        return int(text.split()[0])
-    except (ValueError, KeyError, TypeError):
-        return None
+    record = parse_pid_file(text)
+    return record.pid if record else None
 
 
 def _service_records(services: dict[str, Any], pid_files: dict[str, Any] | None, backend: str,

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _detached
+
 MANIFEST_SCHEMA_VERSION = 1
 
 # What a real server needs before /health_generate answers 200, measured on a fresh H200
@@ -66,37 +68,28 @@ def ready_timeout(
 
 
 def pid_alive(pid_file: str | None) -> bool | None:
-    """True/False when a pid file names a live/dead process; None when there is no pid file."""
+    """True/False when a pid file names a live/dead server; None when there is no pid file.
+
+    The pid file is the one `detached_service` writes (its format and identity rule live in
+    _detached): a pid whose start time differs from the recorded one is another process.
+    """
     if not pid_file or not os.path.exists(pid_file):
         return None
     try:
-        with open(pid_file, encoding="utf-8") as handle:
-            text = handle.read().strip()
-        pid = int(json.loads(text)["pid"]) if text.startswith("{") else int(text.split()[0])
-    except (OSError, ValueError, KeyError, IndexError):
+        record = _detached.read_pid_file(pid_file)
+    except _detached.DetachedServiceError:
         return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            stat = handle.read()
-    except OSError:
+    if record is None:
         return False
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    return state not in ("Z", "X")
+    stat = _detached.read_stat(record.pid)
+    if stat is None or not (stat.alive or _detached.has_live_threads(stat.pid)):
+        return False
+    return record.starttime is None or stat.starttime == record.starttime
 
 
 def log_tail(path: str | None, lines: int = 50) -> str:
     """The last `lines` lines of a log file ('' when unreadable)."""
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 256 * 1024))
-            data = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(data.splitlines()[-lines:])
+    return "\n".join(_detached.log_tail(path, lines)) if path else ""
 
 
 # --------------------------------------------------------------------------- HTTP

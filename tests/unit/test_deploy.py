@@ -79,13 +79,20 @@ def test_wait_for_ready_fails_fast_when_the_process_died(tmp_path) -> None:
     assert time.monotonic() - start < 5
 
 
-def test_pid_alive_reads_plain_and_json_pid_files(tmp_path) -> None:
+def test_pid_alive_reads_detached_service_pid_files(tmp_path) -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils import _detached
+
+    me = _detached.read_stat(os.getpid())
+    assert me is not None
     plain = tmp_path / "a.pid"
     plain.write_text(f"{os.getpid()}\n")
-    js = tmp_path / "b.pid"
-    js.write_text(json.dumps({"pid": os.getpid(), "starttime": 1}))
+    good = tmp_path / "b.pid"
+    good.write_text(_detached.PidRecord(pid=me.pid, pgid=me.pgid, starttime=me.starttime).to_text())
+    recycled = tmp_path / "c.pid"  # same pid, another start time: another process
+    recycled.write_text(_detached.PidRecord(pid=me.pid, pgid=me.pgid, starttime=me.starttime + 1).to_text())
     assert _deploy.pid_alive(str(plain)) is True
-    assert _deploy.pid_alive(str(js)) is True
+    assert _deploy.pid_alive(str(good)) is True
+    assert _deploy.pid_alive(str(recycled)) is False
     assert _deploy.pid_alive(str(tmp_path / "missing.pid")) is None
     bad = tmp_path / "c.pid"
     bad.write_text("not a pid")
@@ -128,7 +135,7 @@ def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
 
 
 def test_service_records_and_wait_spec_filters() -> None:
-    pidfile = {"results": [{"item": {"name": "gpu0"}, "content": base64.b64encode(b'{"pid": 77}').decode()}]}
+    pidfile = {"results": [{"item": {"name": "gpu0"}, "content": base64.b64encode(b'77\n{"pid": 77}\n').decode()}]}
     services = {"results": [
         {"item": {"name": "gpu0"}, "changed": False},
         {"item": {"name": "gpu1"}, "changed": True, "pid": 88},
