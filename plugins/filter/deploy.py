@@ -19,9 +19,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached import par
 def _ready_timeout(instance: dict[str, Any], plan: dict[str, Any], engine: str = "sglang",
                    explicit: float = 0, time_scale: float = 1.0) -> int:
     hicache = plan.get("hicache") or {}
-    pinned = float(hicache.get("pinned_per_instance_bytes") or 0) / 1e9
-    return ready_timeout(engine=engine, pinned_host_gb=pinned, explicit_s=float(explicit or 0),
-                         time_scale=float(time_scale))
+    return ready_timeout(engine=engine, pin_seconds=float(hicache.get("pin_seconds_estimate") or 0),
+                         explicit_s=float(explicit or 0), time_scale=float(time_scale))
 
 
 def _wait_spec(instance: dict[str, Any], plan: dict[str, Any], *, base_dir: str, engine: str = "sglang",

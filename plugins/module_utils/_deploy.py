@@ -25,8 +25,9 @@ MANIFEST_SCHEMA_VERSION = 1
 # with SGLang 0.5.17 (147 s dense, 193 s hybrid: kernel JIT and CUDA-graph capture),
 # plus margin for loading real weights from disk.
 REAL_STARTUP_BASE_S = 600.0
-# Host pools are pinned at about 0.5 GB/s per instance (recording: 9.5 GB in 18 s).
-PIN_RATE_GB_S = 0.5
+# Pinning the HiCache host pools is estimated by the plan (_plan.hicache_plan's
+# pin_seconds_estimate, from data/perfmodel.json); the timeout gives it this margin.
+PIN_MARGIN = 1.5
 SIM_MARGIN_S = 30.0
 
 
@@ -34,31 +35,22 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def pinned_gb(instance: dict[str, Any], plan_hicache: dict[str, Any] | None) -> float:
-    """Host memory (decimal GB) an instance pins for HiCache, from the plan."""
-    if not plan_hicache:
-        return 0.0
-    per_instance = plan_hicache.get("pinned_per_instance_bytes") or 0
-    return float(per_instance) / 1e9
-
-
 def ready_timeout(
     *,
     engine: str,
-    pinned_host_gb: float,
+    pin_seconds: float,
     explicit_s: float = 0,
     time_scale: float = 1.0,
-    serial_position: int = 0,
 ) -> int:
     """Seconds to wait for /health_generate, growing with what the instance must do.
 
-    explicit_s > 0 wins. Otherwise: start-up (JIT, graph capture, weights) plus pinning the
-    HiCache host pools at PIN_RATE_GB_S, with a 1.5x margin on the pinning. For the embedded
+    explicit_s > 0 wins. Otherwise: start-up (JIT, graph capture, weights) plus the plan's
+    estimate of pinning the HiCache host pools, with a 1.5x margin. For the embedded
     engine the same modelled seconds are scaled by its time scale, plus a fixed margin.
     """
     if explicit_s and explicit_s > 0:
         return int(explicit_s)
-    modelled = REAL_STARTUP_BASE_S + 1.5 * pinned_host_gb / PIN_RATE_GB_S
+    modelled = REAL_STARTUP_BASE_S + PIN_MARGIN * max(float(pin_seconds), 0.0)
     if engine == "sim":
         return int(modelled * max(time_scale, 0.0) + SIM_MARGIN_S)
     return int(modelled)

@@ -28,10 +28,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _paths
 GB = 10**9  # --hicache-size is in decimal GB (size * 1e9 bytes)
 GIB = 2**30  # the reserve is in GiB, as SGLang's own "available - 10 GiB" check
 DEFAULT_DRAFT_HOST_POOL_FACTOR = 0.19  # measured on 0.5.17 (1.44 GB on 8, 3.61 GB on 20), rounded up
-# Host-memory pinning on a real H200 host (SGLang 0.5.17): about 10 s plus 1.2 GB/s
-# (9.43 GB in 20 s, 191.87 GB in 168 s; see docs/PERFORMANCE.md, "Real GPU").
-PIN_FIXED_SECONDS = 10.0
-PIN_BYTES_PER_SECOND = 1.2e9
+PERFMODEL_FILE = "perfmodel.json"  # owns the pinning speed (pin_fixed_s, pin_gb_s), shared with the engine
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 API_KEY_ENV = "SGLANG_API_KEY"
 PROFILES_FILE = "profiles.yml"
@@ -180,6 +177,16 @@ def _available_bytes(host: Mapping[str, Any]) -> tuple[int, str]:
     return int(available), "meminfo"
 
 
+def pin_seconds(pinned_bytes: float) -> int:
+    """Seconds to pin `pinned_bytes` of HiCache host pools: a fixed start plus a rate, the
+    same constants as the embedded engine (measured on a real H200 host: 9.43 GB in 20 s,
+    191.87 GB in 168 s; see docs/PERFORMANCE.md, "Real GPU")."""
+    consts = _paths.load_json(PERFMODEL_FILE)
+    if pinned_bytes <= 0:
+        return 0
+    return math.ceil(float(consts["pin_fixed_s"]) + pinned_bytes / (float(consts["pin_gb_s"]) * GB))
+
+
 def hicache_plan(
     facts: dict[str, Any],
     *,
@@ -292,7 +299,7 @@ def hicache_plan(
         "draft_factor": draft,
         "explicit": explicit_size_gb is not None,
         "fits": total <= budget,
-        "pin_seconds_estimate": math.ceil(PIN_FIXED_SECONDS + per_instance / PIN_BYTES_PER_SECOND),
+        "pin_seconds_estimate": pin_seconds(per_instance),
         "reasoning": reasoning,
     }
 

@@ -13,13 +13,16 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _deploy
 
 
 def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
-    none = _deploy.ready_timeout(engine="sglang", pinned_host_gb=0)
-    big = _deploy.ready_timeout(engine="sglang", pinned_host_gb=150)
+    from ansible_collections.llmops.sglang.plugins.module_utils._plan import pin_seconds
+
+    none = _deploy.ready_timeout(engine="sglang", pin_seconds=0)
+    # 150 GB pinned: the plan's estimate (10 s + 150 GB / 1.2 GB/s = 135 s), with a 1.5x margin
+    assert pin_seconds(150e9) == 135
+    big = _deploy.ready_timeout(engine="sglang", pin_seconds=pin_seconds(150e9))
     assert none == 600
-    # 150 GB at 0.5 GB/s is 300 s of pinning, with a 1.5x margin
-    assert big == 600 + 450
-    assert _deploy.ready_timeout(engine="sglang", pinned_host_gb=150, explicit_s=42) == 42
-    assert _deploy.ready_timeout(engine="sim", pinned_host_gb=0, time_scale=0.01) == int(600 * 0.01 + 30)
+    assert big == 600 + int(1.5 * 135)
+    assert _deploy.ready_timeout(engine="sglang", pin_seconds=135, explicit_s=42) == 42
+    assert _deploy.ready_timeout(engine="sim", pin_seconds=0, time_scale=0.01) == int(600 * 0.01 + 30)
 
 
 class FakeServer:
@@ -103,7 +106,7 @@ PLAN = {
     "release": "0.5.23",
     "profile": "mtp_hicache",
     "host_address": "127.0.0.1",
-    "hicache": {"size_gb": 20, "pinned_per_instance_bytes": 23_600_000_000},
+    "hicache": {"size_gb": 20, "pinned_per_instance_bytes": 23_600_000_000, "pin_seconds_estimate": 30},
     "instances": [
         {"name": "gpu0", "gpu_ids": [0], "port": 30000, "argv": ["--model-path", "/m"]},
         {"name": "gpu1", "gpu_ids": [1], "port": 30001, "argv": ["--model-path", "/m"]},
@@ -145,7 +148,7 @@ def test_service_records_and_wait_spec_filters() -> None:
     assert rec["gpu1"]["pid"] == 88 and rec["gpu1"]["pid_file"] == "/b/gpu1/server.pid"
     spec = deploy_filters._wait_spec(PLAN["instances"][1], PLAN, base_dir="/b", engine="sglang")
     assert spec["url"] == "http://127.0.0.1:30001"
-    assert spec["timeout"] == int(600 + 1.5 * 23.6 / 0.5)
+    assert spec["timeout"] == int(600 + 1.5 * 30)
     plan0 = dict(PLAN, host_address="0.0.0.0")
     assert deploy_filters._wait_spec(PLAN["instances"][0], plan0, base_dir="/b")["url"] == "http://127.0.0.1:30000"
 
