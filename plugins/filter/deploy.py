@@ -3,7 +3,6 @@
 """Filters used by the server role to turn a plan into services and a manifest."""
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -13,7 +12,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._deploy import (
     ready_timeout,
     reclaim_pinned,
 )
-from ansible_collections.llmops.sglang.plugins.module_utils._detached import parse_pid_file
 
 
 def _ready_timeout(instance: dict[str, Any], plan: dict[str, Any], engine: str = "sglang",
@@ -51,19 +49,10 @@ def _deployment_manifest(plan: dict[str, Any], *, host: str, engine: str, servic
         raise AnsibleFilterError(f"deployment_manifest: malformed plan or service data: {err}") from err
 
 
-def _pid_from_text(text: str) -> int | None:
-    record = parse_pid_file(text)
-    return record.pid if record else None
-
-
-def _service_records(services: dict[str, Any], pid_files: dict[str, Any] | None, backend: str,
-                     base_dir: str, restarted: list[str] | None = None) -> dict[str, Any]:
-    """name -> {pid, unit, log_file, pid_file, started} from the start tasks' results."""
-    pids: dict[str, int | None] = {}
-    for res in (pid_files or {}).get("results", []) or []:
-        name = (res.get("item") or {}).get("name")
-        if name and res.get("content"):
-            pids[name] = _pid_from_text(base64.b64decode(res["content"]).decode("utf-8", "replace"))
+def _service_records(services: dict[str, Any], backend: str, base_dir: str,
+                     restarted: list[str] | None = None) -> dict[str, Any]:
+    """name -> {pid, unit, log_file, pid_file, started} from the start tasks' results
+    (detached_service returns the pid whether it started the server or found it running)."""
     records: dict[str, Any] = {}
     for res in (services or {}).get("results", []) or []:
         item = res.get("item") or {}
@@ -71,7 +60,7 @@ def _service_records(services: dict[str, Any], pid_files: dict[str, Any] | None,
         if not name:
             continue
         records[name] = {
-            "pid": res.get("pid") or pids.get(name),
+            "pid": res.get("pid"),
             "unit": f"sglang@{name}.service" if backend == "systemd" else None,
             "log_file": f"{base_dir}/{name}/server.log",
             "pid_file": f"{base_dir}/{name}/server.pid" if backend == "process" else None,

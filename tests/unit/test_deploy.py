@@ -1,7 +1,6 @@
 """Readiness, manifest and status helpers of the server role."""
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -138,12 +137,11 @@ def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
 
 
 def test_service_records_and_wait_spec_filters() -> None:
-    pidfile = {"results": [{"item": {"name": "gpu0"}, "content": base64.b64encode(b'77\n{"pid": 77}\n').decode()}]}
     services = {"results": [
-        {"item": {"name": "gpu0"}, "changed": False},
+        {"item": {"name": "gpu0"}, "changed": False, "pid": 77},
         {"item": {"name": "gpu1"}, "changed": True, "pid": 88},
     ]}
-    rec = deploy_filters._service_records(services, pidfile, "process", "/b", ["gpu0"])
+    rec = deploy_filters._service_records(services, "process", "/b", ["gpu0"])
     assert rec["gpu0"]["pid"] == 77 and rec["gpu0"]["started"] is True
     assert rec["gpu1"]["pid"] == 88 and rec["gpu1"]["pid_file"] == "/b/gpu1/server.pid"
     spec = deploy_filters._wait_spec(PLAN["instances"][1], PLAN, base_dir="/b", engine="sglang")
