@@ -449,7 +449,9 @@ def test_requests_beyond_max_running_queue(rec: Path, tmp_path: Path) -> None:
             text = server.get("/metrics")[2].decode()
             gauges = {m.group(1): float(m.group(2)) for m in re.finditer(
                 r"^sglang:(num_running_reqs|num_queue_reqs)\{[^}]*\} (\S+)$", text, re.M)}
-            if gauges.get("num_queue_reqs") == 3:
+            # a request is admitted (front end, then its own prefill) a few ms after it is sent:
+            # wait for the steady state, 2 running and 3 queued
+            if gauges == {"num_running_reqs": 2.0, "num_queue_reqs": 3.0}:
                 break
             time.sleep(0.02)
         assert gauges == {"num_running_reqs": 2.0, "num_queue_reqs": 3.0}
