@@ -39,7 +39,7 @@ def _report_items(sweeps: dict[str, Any], manifest: dict[str, Any], host: str) -
                 "release": manifest.get("release"),
                 "engine": manifest.get("engine"),
                 "gpus": inst.get("gpus", []),
-                "url": inst.get("url"),
+                "url": inst.get("connect_url") or inst.get("url"),
             },
             "sweep": sweep,
         })

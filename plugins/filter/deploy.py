@@ -1,72 +1,77 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Filters used by the server role to turn a plan into services and a manifest."""
+"""Filters used by the server role to turn a plan into services, a wait list and a manifest.
+Thin shells over module_utils (_manifest, _deploy); documented in the .yml files beside this one."""
 from __future__ import annotations
 
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.sglang.plugins.module_utils._deploy import (
-    build_manifest,
-    ready_timeout,
-    reclaim_pinned,
-)
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._deploy import ready_timeout
 
 
-def _ready_timeout(instance: dict[str, Any], plan: dict[str, Any], engine: str = "sglang",
-                   explicit: float = 0, time_scale: float = 1.0) -> int:
-    hicache = plan.get("hicache") or {}
-    return ready_timeout(engine=engine, pin_seconds=float(hicache.get("pin_seconds_estimate") or 0),
-                         explicit_s=float(explicit or 0), time_scale=float(time_scale))
+def _instance_paths(base_dir: str, name: str) -> dict[str, str]:
+    """The files of instance ``name`` under ``base_dir`` (``_layout``, the one owner); with
+    name ``%i`` the paths of a systemd template unit."""
+    return _layout.instance_paths(str(base_dir), str(name))
 
 
-def _wait_spec(instance: dict[str, Any], plan: dict[str, Any], *, base_dir: str, engine: str = "sglang",
+def _wait_spec(instance: dict[str, Any], plan: dict[str, Any], engine: str = "sglang",
                explicit: float = 0, time_scale: float = 1.0) -> dict[str, Any]:
-    name = instance["name"]
-    return {
-        "name": name,
-        "url": f"http://{_connect_address(plan.get('host_address', '127.0.0.1'))}:{instance['port']}",
-        "timeout": _ready_timeout(instance, plan, engine, explicit, time_scale),
-        "log_file": f"{base_dir}/{name}/server.log",
-        "pid_file": f"{base_dir}/{name}/server.pid",
-    }
+    """A plan instance -> one entry of llmops.sglang.wait_ready's ``instances``."""
+    hicache = plan.get("hicache") or {}
+    try:
+        return {
+            "name": instance["name"],
+            "url": instance["connect_url"],
+            "timeout": ready_timeout(engine=engine, pin_seconds=float(hicache.get("pin_seconds_estimate") or 0),
+                                     explicit_s=float(explicit or 0), time_scale=float(time_scale)),
+            "log_file": instance["paths"]["log_file"],
+            "pid_file": instance["paths"]["pid_file"],
+        }
+    except (KeyError, TypeError) as err:
+        raise AnsibleFilterError(f"wait_spec: not an instance of the plan ({err})") from err
 
 
-def _connect_address(bind: str) -> str:
-    """Where to reach a server bound to `bind` from its own host."""
-    return "127.0.0.1" if bind in ("0.0.0.0", "", None) else ("[::1]" if bind == "::" else bind)
+def _service_records(services: dict[str, Any], restarted: list[str] | None = None) -> dict[str, Any]:
+    """The start tasks' loop results -> name -> {pid, started}. detached_service returns the
+    pid whether it started the server or found it running; systemd_service its MainPID."""
+    records: dict[str, Any] = {}
+    for res in (services or {}).get("results", []) or []:
+        name = (res.get("item") or {}).get("name")
+        if not name or res.get("skipped"):
+            continue
+        pid = res.get("pid")
+        if pid is None:
+            main_pid = (res.get("status") or {}).get("MainPID")
+            pid = int(main_pid) if str(main_pid or "").isdigit() and int(main_pid) > 0 else None
+        records[name] = {"pid": pid, "started": bool(res.get("changed")) or name in (restarted or [])}
+    return records
 
 
 def _deployment_manifest(plan: dict[str, Any], *, host: str, engine: str, service_manager: str,
-                         base_dir: str, services: dict[str, Any], ready: dict[str, Any],
+                         services: dict[str, Any], ready: dict[str, Any],
                          previous: dict[str, Any] | None = None, python: str | None = None) -> dict[str, Any]:
     try:
-        return build_manifest(host=host, plan=plan, engine=engine, service_manager=service_manager,
-                              base_dir=base_dir, services=services or {}, ready=ready or {},
-                              previous=previous or None, python=python)
+        return _manifest.build(host=host, plan=plan, engine=engine, service_manager=service_manager,
+                               services=services or {}, ready=ready or {}, previous=previous or None,
+                               python=python)
     except (KeyError, TypeError, ValueError) as err:
         raise AnsibleFilterError(f"deployment_manifest: malformed plan or service data: {err}") from err
 
 
-def _service_records(services: dict[str, Any], backend: str, base_dir: str,
-                     restarted: list[str] | None = None) -> dict[str, Any]:
-    """name -> {pid, unit, log_file, pid_file, started} from the start tasks' results
-    (detached_service returns the pid whether it started the server or found it running)."""
-    records: dict[str, Any] = {}
-    for res in (services or {}).get("results", []) or []:
-        item = res.get("item") or {}
-        name = item.get("name")
-        if not name:
-            continue
-        records[name] = {
-            "pid": res.get("pid"),
-            "unit": f"sglang@{name}.service" if backend == "systemd" else None,
-            "log_file": f"{base_dir}/{name}/server.log",
-            "pid_file": f"{base_dir}/{name}/server.pid" if backend == "process" else None,
-            "started": bool(res.get("changed")) or name in (restarted or []),
-        }
-    return records
+def _deployment_diff(plan: dict[str, Any], previous: dict[str, Any] | None, changed: list[str] | None,
+                     engine_changed: bool = False) -> dict[str, Any]:
+    """What a deploy does to each instance: {restart: [names whose script, environment or engine
+    changed], remove: [records of the previous manifest that the plan no longer has], keep: [names]}.
+    Instances that are not running are started by the start phase whatever this says."""
+    planned = [i["name"] for i in plan.get("instances", [])]
+    touched = set(planned) if engine_changed else set(changed or []) & set(planned)
+    restart = [name for name in planned if name in touched]
+    remove = [i for i in (previous or {}).get("instances", []) or [] if i.get("name") not in planned]
+    return {"restart": restart, "remove": remove, "keep": [n for n in planned if n not in touched]}
 
 
 def _status_line(status: dict[str, Any]) -> str:
@@ -84,10 +89,12 @@ def _status_line(status: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None,
-                    status: list[dict[str, Any]] | None) -> dict[str, Any]:
-    running = [s["name"] for s in (status or []) if s.get("process") == "running"]
-    return reclaim_pinned(facts, previous or {}, running)
+def _reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """Host facts with the HiCache memory pinned by this deployment's running instances added
+    back (``facts.deployment`` says which run: host_facts with deployment_dir)."""
+    deployment = (facts or {}).get("deployment") or {}
+    running = [i["name"] for i in deployment.get("instances", []) if i.get("running")]
+    return _manifest.reclaim_pinned(facts, previous or {}, running)
 
 
 class FilterModule:
@@ -95,9 +102,10 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {
-            "ready_timeout": _ready_timeout,
+            "instance_paths": _instance_paths,
             "wait_spec": _wait_spec,
             "deployment_manifest": _deployment_manifest,
+            "deployment_diff": _deployment_diff,
             "service_records": _service_records,
             "status_line": _status_line,
             "reclaim_pinned": _reclaim_pinned,

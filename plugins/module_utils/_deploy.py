@@ -1,6 +1,6 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Deployment helpers: readiness timeouts, readiness waiting, status, the manifest.
+"""Deployment helpers: readiness timeouts, readiness waiting, status.
 
 Stdlib only: the functions that run on hosts (wait_for_ready, query_status) are shipped
 inside modules through AnsiballZ and must run on any host Python >= 3.8.
@@ -175,13 +175,14 @@ def server_info(base_url: str, api_key: str | None = None, timeout: float = 10.0
 def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: float = 10.0,
                     getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
                     ) -> dict[str, Any]:
-    """Status of one manifest instance: process, health, version, effective limits."""
-    url = inst["url"].rstrip("/")
-    health, _ = getter(url + "/health", timeout, api_key)
+    """Status of one manifest instance (schema 2, ``_manifest.normalize``): process, health,
+    version, effective limits."""
+    url = (inst.get("connect_url") or "").rstrip("/")
+    health, _ = getter(url + "/health", timeout, api_key) if url else (0, b"")
     info = server_info(url, api_key, timeout, getter) if health == 200 else None
     states = (info or {}).get("internal_states") or [{}]
     state0 = states[0] if isinstance(states, list) and states else {}
-    alive = pid_alive(inst.get("pid_file"))
+    alive = pid_alive((inst.get("paths") or {}).get("pid_file"))
     return {
         "name": inst["name"],
         "url": url,
@@ -194,102 +195,4 @@ def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: f
         "avg_spec_accept_length": state0.get("avg_spec_accept_length"),
         "last_gen_throughput": state0.get("last_gen_throughput"),
         "server_info_path": (info or {}).get("_path"),
-    }
-
-
-# --------------------------------------------------------------------------- manifest
-
-
-def reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None,
-                   running: list[str] | None) -> dict[str, Any]:
-    """Facts for re-planning a host whose own servers already pin HiCache memory.
-
-    MemAvailable on a host running this deployment excludes what its instances pinned; if
-    the plan did not add that back, every re-run would size smaller and restart them. Only
-    the instances that are still running (`running`: their names) are added back. The
-    embedded engine (engine "sim") models its host pools without allocating them, so
-    nothing is added back for it.
-    """
-    out = json.loads(json.dumps(facts))
-    hicache = (previous or {}).get("hicache") or {}
-    if (previous or {}).get("engine") == "sim":
-        hicache = {}
-    per_instance = int(hicache.get("pinned_per_instance_bytes") or 0)
-    names = {i.get("name") for i in (previous or {}).get("instances", [])}
-    count = len([n for n in (running or []) if n in names])
-    reclaimed = per_instance * count
-    mem = out.setdefault("memory", {})
-    for key in ("available_bytes", "effective_available_bytes"):
-        if isinstance(mem.get(key), int):
-            mem[key] += reclaimed
-    mem["reclaimed_pinned_bytes"] = reclaimed
-    return out
-
-
-def build_manifest(
-    *,
-    host: str,
-    plan: dict[str, Any],
-    engine: str,
-    service_manager: str,
-    base_dir: str,
-    services: dict[str, dict[str, Any]],
-    ready: dict[str, dict[str, Any]],
-    previous: dict[str, Any] | None = None,
-    python: str | None = None,
-) -> dict[str, Any]:
-    """deployment.json: what runs where, read by bench, status, stop and the router.
-
-    `services`: name -> {pid, unit, log_file, pid_file, started (bool: (re)started this run)}; `ready`: name -> wait result.
-    An instance that did not restart keeps its earlier ready time from `previous`.
-    """
-    earlier = {i["name"]: i for i in (previous or {}).get("instances", []) if isinstance(i, dict)}
-    any_started = any(services.get(i["name"], {}).get("started") for i in plan["instances"])
-    hicache = plan.get("hicache")
-    prev_hicache = (previous or {}).get("hicache")
-    # Keep the arithmetic of the run that started the servers while they keep running with
-    # the same size: MemAvailable moves between runs and would rewrite the manifest.
-    if (not any_started and prev_hicache and hicache
-            and prev_hicache.get("size_gb") == hicache.get("size_gb")):
-        hicache = prev_hicache
-    instances = []
-    for inst in plan["instances"]:
-        name = inst["name"]
-        svc = services.get(name, {})
-        rdy = ready.get(name, {})
-        host_addr = plan.get("host_address", "127.0.0.1")
-        before = earlier.get(name, {})
-        # An instance that kept running keeps the ready time of the run that started it,
-        # so that a re-run that changes nothing leaves the manifest as it was.
-        if svc.get("started") or not before.get("ready_at"):
-            ready_at, ready_after = rdy.get("ready_at"), rdy.get("waited_s")
-        else:
-            ready_at, ready_after = before.get("ready_at"), before.get("ready_after_s")
-        instances.append({
-            "name": name,
-            "gpus": inst.get("gpu_ids", []),
-            "port": inst["port"],
-            "url": f"http://{host_addr}:{inst['port']}",
-            "pid": svc.get("pid"),
-            "unit": svc.get("unit"),
-            "pid_file": svc.get("pid_file"),
-            "log_file": svc.get("log_file"),
-            "launch_script": f"{base_dir}/{name}/launch.sh",
-            "env_file": f"{base_dir}/{name}/env",
-            "argv": inst.get("argv", []),
-            "hicache": hicache,
-            "ready_at": ready_at,
-            "ready_after_s": ready_after,
-        })
-    return {
-        "schema_version": MANIFEST_SCHEMA_VERSION,
-        "host": host,
-        "profile": plan.get("profile"),
-        "release": plan.get("release"),
-        "engine": engine,
-        "service_manager": service_manager,
-        "base_dir": base_dir,
-        "python": python,
-        "hicache": hicache,
-        "instances": instances,
     }

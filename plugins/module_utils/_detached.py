@@ -467,6 +467,28 @@ def status(spec: ServiceSpec) -> ServiceStatus:
     )
 
 
+def belongs_to(record: PidRecord, pid: int, service: str, proc: Path = PROC) -> bool:
+    """Whether process ``pid`` is part of the service that ``record`` (its pid file) describes:
+    a member of the recorded process group or session, started no earlier than the leader in
+    this boot, and carrying the service's marker in its environment when that is readable.
+
+    This is how a GPU process (a re-parented SGLang scheduler: never the pid in the pid file)
+    is told apart from a foreign one. A bare pid file (no start time) needs the marker.
+    """
+    stat = read_stat(pid, proc)
+    if stat is None or record.pgid not in (stat.pgid, stat.sid):
+        return False
+    environ = read_environ(pid, proc)
+    marked = environ is not None and environ.get(MARKER_ENV) == service
+    if record.starttime is None:
+        return marked
+    if record.boot_id and record.boot_id != boot_id(proc):
+        return False
+    if stat.starttime < record.starttime:
+        return False
+    return environ is None or marked
+
+
 def orphans(spec: ServiceSpec, record: PidRecord) -> list[ProcStat]:
     """Survivors of a service whose leader is gone (e.g. re-parented scheduler processes).
 

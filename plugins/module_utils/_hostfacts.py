@@ -217,9 +217,21 @@ def parse_cuda_version(text: str) -> str | None:
 
 
 def attach_processes(
-    gpus: list[dict[str, Any]], procs: Iterable[Mapping[str, Any]], busy_used_mib: int = BUSY_USED_MIB
+    gpus: list[dict[str, Any]],
+    procs: Iterable[Mapping[str, Any]],
+    busy_used_mib: int = BUSY_USED_MIB,
+    owners: Mapping[int, str] | None = None,
+    instances_on_gpu: Mapping[int, list[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Give each GPU its ``processes`` (matched by UUID) and ``busy``; return unmatched processes."""
+    """Give each GPU its ``processes`` (matched by UUID, each with the ``owner`` instance of this
+    deployment or None), ``owned_by`` and ``busy``; return the unmatched processes.
+
+    ``busy`` means in use by something that is not this deployment: a listed process without
+    an owner, or memory in use with no process listed (another PID namespace) on a GPU that
+    no running instance of this deployment was given.
+    """
+    owners = owners or {}
+    instances_on_gpu = instances_on_gpu or {}
     by_uuid = {gpu["uuid"]: gpu for gpu in gpus if gpu.get("uuid")}
     for gpu in gpus:
         gpu["processes"] = []
@@ -227,13 +239,20 @@ def attach_processes(
     for proc in procs:
         gpu = by_uuid.get(proc["gpu_uuid"])
         entry = {key: proc[key] for key in ("pid", "process_name", "used_memory_mib")}
+        entry["owner"] = owners.get(int(proc["pid"])) if proc.get("pid") is not None else None
         if gpu is None:
             unmatched.append(dict(proc))
         else:
             gpu["processes"].append(entry)
     for gpu in gpus:
         used = gpu.get("memory_used_mib")
-        gpu["busy"] = bool(gpu["processes"]) or (used is not None and used >= busy_used_mib)
+        index = gpu.get("index")
+        mine = sorted({p["owner"] for p in gpu["processes"] if p["owner"]}
+                      | set(instances_on_gpu.get(index, []) if isinstance(index, int) else []))
+        foreign = [p for p in gpu["processes"] if not p["owner"]]
+        unexplained = not gpu["processes"] and used is not None and used >= busy_used_mib and not mine
+        gpu["owned_by"] = mine
+        gpu["busy"] = bool(foreign) or unexplained
     return unmatched
 
 
@@ -651,6 +670,9 @@ class HostInputs:
     python_executable: str | None = None
     python_version: str | None = None
     hostname: str | None = None
+    owners: Mapping[int, str] = field(default_factory=dict)  # pid -> instance of this deployment
+    instances_on_gpu: Mapping[int, list[str]] = field(default_factory=dict)
+    deployment: Mapping[str, Any] | None = None  # _ownership.Ownership.to_fact()
     warnings: list[str] = field(default_factory=list)  # filled by build_facts
 
 
@@ -686,7 +708,7 @@ def build_facts(inputs: HostInputs) -> dict[str, Any]:
                 "this host does not have, or set require_gpus=false"
             )
         source = "none"
-    unmatched = attach_processes(gpus, procs)
+    unmatched = attach_processes(gpus, procs, owners=inputs.owners, instances_on_gpu=inputs.instances_on_gpu)
     for proc in unmatched:
         inputs.warnings.append(f"GPU process {proc.get('pid')} is on {proc.get('gpu_uuid')}, "
                                "which is not among the GPUs listed")
@@ -705,6 +727,7 @@ def build_facts(inputs: HostInputs) -> dict[str, Any]:
         "service_manager": inputs.service_manager,
         "python": {"executable": inputs.python_executable, "version": inputs.python_version},
         "hostname": inputs.hostname,
+        "deployment": dict(inputs.deployment) if inputs.deployment is not None else None,
     }
 
 

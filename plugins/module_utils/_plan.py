@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _paths
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _paths
 
 GB = 10**9  # --hicache-size is in decimal GB (size * 1e9 bytes)
 GIB = 2**30  # the reserve is in GiB, as SGLang's own "available - 10 GiB" check
@@ -500,17 +500,22 @@ def _gpu_groups(host: Mapping[str, Any], gpus: list[int] | None, tp_size: int, f
     busy = []
     for index in chosen:
         gpu = by_index[index]
-        if gpu.get("busy") or gpu.get("processes"):
+        processes = gpu.get("processes") or []
+        foreign = [p for p in processes if not p.get("owner")]
+        # host_facts decides `busy` knowing which processes are this deployment's own
+        in_use = bool(gpu["busy"]) if "busy" in gpu else bool(foreign)
+        if in_use:
             procs = ", ".join(f"pid {p.get('pid')} {p.get('name') or p.get('process_name') or ''}".strip()
-                              for p in gpu.get("processes") or []) or \
-                f"{gpu.get('memory_used_mib', '?')} MiB in use"
+                              for p in foreign) or \
+                f"{gpu.get('memory_used_mib', '?')} MiB in use by no process that nvidia-smi lists"
             busy.append(f"GPU {index} ({procs})")
         if gpu.get("mig_enabled"):
             warnings.append(f"GPU {index} has MIG enabled: SGLang sees MIG instances, not the whole GPU")
     if busy:
         if not force_busy:
-            raise PlanError(f"GPU(s) busy: {'; '.join(busy)}. Stop what runs there, choose other gpus, "
-                            "or set force_busy to deploy anyway")
+            raise PlanError(f"GPU(s) in use by processes that are not this deployment's: {'; '.join(busy)}. "
+                            "Stop them, choose other GPUs (sglang_gpus), or set sglang_force_busy_gpus: "
+                            "true to deploy anyway")
         warnings.append(f"deploying on busy GPU(s) because force_busy is set: {'; '.join(busy)}")
     return [[by_index[i] for i in chosen[start:start + tp_size]] for start in range(0, len(chosen), tp_size)]
 
@@ -572,13 +577,19 @@ def instance_plan(
     served_model_name: str | None = None,
     api_key_env: bool = False,
     draft_model_path: str | None = None,
+    base_dir: str = "/opt/sglang",
+    advertise_address: str | None = None,
 ) -> dict[str, Any]:
     """The instances to run on one host: one per GPU (or per group of tp_size GPUs).
 
-    Returns {release, profile, profile_settings, model, host_address, traits, instances,
-    hicache, warnings}; each instance has name, index, gpu_ids, gpu_names, cuda_visible_devices,
-    port, nccl_port, url, tp_size, argv (starting with --model-path), env,
-    secret_args_from_env and settings. The argv is not validated here: see ``validate_plan``.
+    Returns {release, profile, profile_settings, model, host_address, base_dir, manifest_path,
+    engine_root, traits, instances, hicache, warnings}; each instance has name, index, gpu_ids,
+    gpu_names, cuda_visible_devices, port, nccl_port, connect_url (local clients: a wildcard
+    bind is reached on loopback), advertise_url (clients on other hosts: the bind address, or
+    ``advertise_address`` for a wildcard bind; None for a loopback bind), paths (dir,
+    launch_script, env_file, pid_file, log_file), unit, service, tp_size, argv (starting with
+    --model-path), env, secret_args_from_env and settings. The argv is not validated here: see
+    ``validate_plan``.
     """
     host = _host(facts)
     release = str(release)
@@ -743,7 +754,11 @@ def instance_plan(
             "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
             "port": port,
             "nccl_port": nccl_port,
-            "url": f"http://{host_address}:{port}",
+            "connect_url": _layout.connect_url(host_address, port),
+            "advertise_url": _layout.advertise_url(host_address, port, advertise_address),
+            "paths": _layout.instance_paths(base_dir, name),
+            "unit": _layout.unit_name(name),
+            "service": _layout.service_name(name),
             "tp_size": tp,
             "argv": flat,
             "env": env,
@@ -767,6 +782,9 @@ def instance_plan(
         "profile_settings": prof_settings,
         "model": {"path": str(model_path), **model, "draft_model_path": draft_model_path},
         "host_address": host_address,
+        "base_dir": base_dir,
+        "manifest_path": _layout.manifest_path(base_dir),
+        "engine_root": _layout.engine_root(base_dir),
         "traits": traits,
         "instances": instances,
         "hicache": hicache,

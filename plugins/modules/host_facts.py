@@ -26,6 +26,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import (
     read_nvml,
     read_service_manager,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
 
 DOCUMENTATION = r"""
 ---
@@ -86,6 +87,13 @@ options:
       - Where sysfs is mounted (C(devices/system/node) is read from it). For tests.
     type: path
     default: /sys
+  deployment_dir:
+    description:
+      - The base folder of an SGLang deployment made by the C(llmops.sglang.server) role. GPU
+        processes of its instances (their process groups or sessions, or their systemd units)
+        are marked with their owner and do not make a GPU busy, so that a re-deploy does not
+        refuse the GPUs its own servers hold.
+    type: path
   cgroup_root:
     description:
       - Where the cgroup filesystem is mounted (the cgroup v2 unified tree, or the folder holding
@@ -211,10 +219,24 @@ ansible_facts:
                   description: GPU memory the process uses in MiB; null where not reported (MIG).
                   type: int
                   sample: 71234
+                owner:
+                  description:
+                    - The instance of the deployment under O(deployment_dir) that the process
+                      belongs to (its process group or session, or its systemd unit's control
+                      group); null for a foreign process.
+                  type: str
+                  sample: gpu0
+            owned_by:
+              description: Instances of the deployment under O(deployment_dir) that run on this GPU.
+              type: list
+              elements: str
+              sample: [gpu0]
             busy:
               description:
-                - True when a compute process is listed on the GPU, or at least 1024 MiB of its
-                  memory is in use.
+                - True when the GPU is in use by something that is not the deployment under
+                  O(deployment_dir) - a listed compute process with no owner, or at least 1024 MiB
+                  of memory in use with no process listed and no running instance of the
+                  deployment given this GPU.
               type: bool
               sample: false
         gpu_count:
@@ -322,6 +344,26 @@ ansible_facts:
           type: str
           returned: always
           sample: gpu-node-01
+        deployment:
+          description:
+            - The instances found under O(deployment_dir) (their folders, whatever the manifest
+              says) and their live processes; null without O(deployment_dir).
+          type: dict
+          returned: always
+          contains:
+            base_dir:
+              description: The deployment's base folder.
+              type: str
+            instances:
+              description: One entry per instance folder.
+              type: list
+              elements: dict
+              contains:
+                name: {description: Instance name., type: str, sample: gpu0}
+                pids: {description: Its live processes (leader, scheduler, detokenizer)., type: list, elements: int}
+                gpus: {description: GPU indices from its env file (CUDA_VISIBLE_DEVICES)., type: list, elements: int}
+                running: {description: Whether any of its processes is alive., type: bool}
+                backend: {description: How its processes were found (process or systemd); null when none runs., type: str}
 """
 
 ENV = {"LC_ALL": "C", "LANG": "C"}
@@ -361,6 +403,7 @@ def main() -> None:
             "proc_root": {"type": "path", "default": "/proc"},
             "sys_root": {"type": "path", "default": "/sys"},
             "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
+            "deployment_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -379,6 +422,11 @@ def main() -> None:
             python_version=platform.python_version(),
             hostname=socket.gethostname(),
         )
+        if params["deployment_dir"]:
+            ownership = find_ownership(params["deployment_dir"], params["proc_root"])
+            inputs.owners = ownership.owner_by_pid
+            inputs.instances_on_gpu = ownership.instances_on_gpu()
+            inputs.deployment = ownership.to_fact()
         skip_detection = params["prefer_declared"] and bool(params["declared_gpus"])
         if params["use_nvml"] and not skip_detection:
             try:

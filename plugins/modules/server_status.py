@@ -6,20 +6,27 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: server_status
-short_description: Report the state of the SGLang instances listed in a deployment manifest
+short_description: Read a host's SGLang deployment and report the state of its instances
 version_added: "0.1.0"
 description:
-  - Reads C(deployment.json) written by the C(llmops.sglang.server) role and asks each
-    instance for C(/health) and its server info (C(/server_info), falling back to
-    C(/get_server_info) on older releases).
-  - Reports per instance whether it is up, its process state from the pid file, the SGLang
-    version, the effective C(max_running_requests) (after SGLang's own resets) and the
-    average speculative accept length.
+  - Reads the deployment manifest (C(deployment.json) under O(base_dir)) written by the
+    C(llmops.sglang.server) role. A manifest of an older schema is read as the current one; a
+    missing or unreadable manifest is rebuilt from the instance folders under O(base_dir)
+    (their launch scripts and pid files), with a warning, so that servers that run are still
+    found.
+  - With O(probe=true), asks each instance for C(/health) and its server info (C(/server_info),
+    falling back to C(/get_server_info) on older releases) and reports whether it is up, its
+    process state from the pid file, the SGLang version, the effective C(max_running_requests)
+    (after SGLang's own resets) and the average speculative accept length.
 options:
-  manifest:
-    description: Path of the deployment manifest on the host.
+  base_dir:
+    description: The deployment's base folder on the host (C(sglang_base_dir)).
     type: path
     required: true
+  probe:
+    description: Ask every instance over HTTP; V(false) only reads the manifest and the pid files.
+    type: bool
+    default: true
   api_key:
     description: Bearer token when the servers enforce C(--api-key).
     type: str
@@ -37,23 +44,45 @@ attributes:
 EXAMPLES = r"""
 - name: Status of every instance on the host
   llmops.sglang.server_status:
-    manifest: /opt/sglang/deployment.json
+    base_dir: /opt/sglang
   register: st
+
+- name: Only the manifest (no HTTP)
+  llmops.sglang.server_status:
+    base_dir: /opt/sglang
+    probe: false
+  register: deployment
 """
 
 RETURN = r"""
 manifest_found:
-  description: Whether the manifest exists.
+  description: Whether a deployment was found (a manifest, or instance folders to rebuild it from).
   returned: always
   type: bool
+manifest_state:
+  description:
+    - V(ok) (read), V(missing) or V(unreadable) (rebuilt from the instance folders), V(absent)
+      (neither a manifest nor an instance folder).
+  returned: always
+  type: str
+manifest_problem:
+  description: What was wrong with the manifest ('' when it was read).
+  returned: always
+  type: str
+manifest:
+  description:
+    - The manifest in the current schema (see docs/deploy.md), or the one rebuilt from the
+      instance folders; null when nothing was found.
+  returned: always
+  type: dict
 instances:
-  description: One entry per instance of the manifest.
+  description: One entry per instance of the manifest (only with O(probe=true)).
   returned: always
   type: list
   elements: dict
   contains:
     name: {description: Instance name., type: str}
-    url: {description: Base URL., type: str}
+    url: {description: Base URL for clients on this host., type: str}
     up: {description: C(/health) answered 200., type: bool}
     health: {description: HTTP status of C(/health) (0 = no answer)., type: int}
     process: {description: C(running), C(dead) or C(unknown) from the pid file., type: str}
@@ -69,36 +98,34 @@ all_up:
   type: bool
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
 from ansible_collections.llmops.sglang.plugins.module_utils._deploy import instance_status
+from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import read_service_manager
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "manifest": {"type": "path", "required": True},
+            "base_dir": {"type": "path", "required": True},
+            "probe": {"type": "bool", "default": True},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "float", "default": 10},
         },
         supports_check_mode=True,
     )
-    path = module.params["manifest"]
-    if not os.path.exists(path):
-        module.exit_json(changed=False, manifest_found=False, instances=[], all_up=False)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError) as err:
-        module.fail_json(msg=f"cannot read deployment manifest {path}: {err}")
-    results = [
-        instance_status(inst, module.params["api_key"], module.params["timeout"])
-        for inst in manifest.get("instances", [])
-    ]
-    module.exit_json(changed=False, manifest_found=True, instances=results,
+    params = module.params
+    found = _manifest.load(params["base_dir"], read_service_manager("/proc"))
+    if found["problem"]:
+        module.warn(found["problem"])
+    manifest = found["manifest"]
+    results = []
+    if manifest is not None and params["probe"]:
+        results = [instance_status(inst, params["api_key"], params["timeout"])
+                   for inst in manifest.get("instances", [])]
+    module.exit_json(changed=False, manifest_found=manifest is not None, manifest_state=found["state"],
+                     manifest_problem=found["problem"], manifest=manifest, instances=results,
                      all_up=bool(results) and all(r["up"] for r in results))
 
 

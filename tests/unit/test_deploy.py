@@ -8,7 +8,7 @@ import sys
 import time
 
 from ansible_collections.llmops.sglang.plugins.filter import deploy as deploy_filters
-from ansible_collections.llmops.sglang.plugins.module_utils import _deploy
+from ansible_collections.llmops.sglang.plugins.module_utils import _deploy, _layout, _manifest
 
 
 def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
@@ -101,31 +101,38 @@ def test_pid_alive_reads_detached_service_pid_files(tmp_path) -> None:
     assert _deploy.pid_alive(str(bad)) is False
 
 
+def _plan_instance(name: str, gpu: int, port: int, base: str = "/b", bind: str = "127.0.0.1") -> dict:
+    return {"name": name, "gpu_ids": [gpu], "port": port, "argv": ["--model-path", "/m"],
+            "connect_url": _layout.connect_url(bind, port), "advertise_url": None,
+            "paths": _layout.instance_paths(base, name), "unit": _layout.unit_name(name),
+            "service": _layout.service_name(name)}
+
+
 PLAN = {
     "release": "0.5.23",
     "profile": "mtp_hicache",
     "host_address": "127.0.0.1",
+    "base_dir": "/b",
     "hicache": {"size_gb": 20, "pinned_per_instance_bytes": 23_600_000_000, "pin_seconds_estimate": 30},
-    "instances": [
-        {"name": "gpu0", "gpu_ids": [0], "port": 30000, "argv": ["--model-path", "/m"]},
-        {"name": "gpu1", "gpu_ids": [1], "port": 30001, "argv": ["--model-path", "/m"]},
-    ],
+    "instances": [_plan_instance("gpu0", 0, 30000), _plan_instance("gpu1", 1, 30001)],
 }
 
 
 def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
-    first = _deploy.build_manifest(
-        host="h", plan=PLAN, engine="sim", service_manager="process", base_dir="/b",
+    first = _manifest.build(
+        host="h", plan=PLAN, engine="sim", service_manager="process",
         services={"gpu0": {"pid": 10, "started": True}, "gpu1": {"pid": 11, "started": True}},
         ready={"gpu0": {"ready_at": "T0", "waited_s": 1.0}, "gpu1": {"ready_at": "T0", "waited_s": 2.0}},
         python="/venv/bin/python",
     )
-    assert first["instances"][0]["url"] == "http://127.0.0.1:30000"
-    assert first["instances"][1]["launch_script"] == "/b/gpu1/launch.sh"
+    assert first["schema_version"] == 2 and first["base_dir"] == "/b"
+    assert first["instances"][0]["connect_url"] == "http://127.0.0.1:30000"
+    assert first["instances"][1]["paths"]["launch_script"] == "/b/gpu1/launch.sh"
+    assert first["instances"][1]["unit"] is None and first["instances"][1]["service"] == "sglang-gpu1"
     assert first["python"] == "/venv/bin/python"
     # re-run: gpu0 unchanged (ready polled again at T1), gpu1 restarted
-    second = _deploy.build_manifest(
-        host="h", plan=PLAN, engine="sim", service_manager="process", base_dir="/b",
+    second = _manifest.build(
+        host="h", plan=PLAN, engine="sim", service_manager="process",
         services={"gpu0": {"pid": 10, "started": False}, "gpu1": {"pid": 12, "started": True}},
         ready={"gpu0": {"ready_at": "T1", "waited_s": 0.0}, "gpu1": {"ready_at": "T1", "waited_s": 3.0}},
         previous=first, python="/venv/bin/python",
@@ -134,21 +141,37 @@ def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
     assert second["instances"][0]["ready_after_s"] == 1.0
     assert second["instances"][1]["ready_at"] == "T1"
     assert second["instances"][1]["pid"] == 12
+    systemd = _manifest.build(host="h", plan=PLAN, engine="sglang", service_manager="systemd",
+                              services={}, ready={})
+    assert systemd["instances"][0]["unit"] == "sglang@gpu0.service"
 
 
 def test_service_records_and_wait_spec_filters() -> None:
     services = {"results": [
         {"item": {"name": "gpu0"}, "changed": False, "pid": 77},
         {"item": {"name": "gpu1"}, "changed": True, "pid": 88},
+        {"item": {"name": "gpu2"}, "changed": False, "status": {"MainPID": "99"}},  # systemd_service
+        {"item": {"name": "gpu3"}, "skipped": True},
     ]}
-    rec = deploy_filters._service_records(services, "process", "/b", ["gpu0"])
-    assert rec["gpu0"]["pid"] == 77 and rec["gpu0"]["started"] is True
-    assert rec["gpu1"]["pid"] == 88 and rec["gpu1"]["pid_file"] == "/b/gpu1/server.pid"
-    spec = deploy_filters._wait_spec(PLAN["instances"][1], PLAN, base_dir="/b", engine="sglang")
+    rec = deploy_filters._service_records(services, ["gpu0"])
+    assert rec["gpu0"] == {"pid": 77, "started": True}
+    assert rec["gpu1"] == {"pid": 88, "started": True}
+    assert rec["gpu2"] == {"pid": 99, "started": False}
+    assert "gpu3" not in rec
+    spec = deploy_filters._wait_spec(PLAN["instances"][1], PLAN, engine="sglang")
     assert spec["url"] == "http://127.0.0.1:30001"
+    assert spec["pid_file"] == "/b/gpu1/server.pid" and spec["log_file"] == "/b/gpu1/server.log"
     assert spec["timeout"] == int(600 + 1.5 * 30)
-    plan0 = dict(PLAN, host_address="0.0.0.0")
-    assert deploy_filters._wait_spec(PLAN["instances"][0], plan0, base_dir="/b")["url"] == "http://127.0.0.1:30000"
+    wild = _plan_instance("gpu0", 0, 30000, bind="0.0.0.0")
+    assert deploy_filters._wait_spec(wild, PLAN)["url"] == "http://127.0.0.1:30000"
+
+
+def test_deployment_diff_says_what_to_restart_and_remove() -> None:
+    previous = {"instances": [{"name": "gpu0"}, {"name": "gpu1"}, {"name": "gpu2", "unit": None}]}
+    diff = deploy_filters._deployment_diff(PLAN, previous, ["gpu1", "gpu1", "gpu9"])
+    assert diff == {"restart": ["gpu1"], "remove": [{"name": "gpu2", "unit": None}], "keep": ["gpu0"]}
+    everything = deploy_filters._deployment_diff(PLAN, None, [], engine_changed=True)
+    assert everything == {"restart": ["gpu0", "gpu1"], "remove": [], "keep": []}
 
 
 def test_status_line_and_instance_status() -> None:
@@ -162,7 +185,7 @@ def test_status_line_and_instance_status() -> None:
             return 404, b""
         return 200, info
 
-    st = _deploy.instance_status({"name": "gpu0", "url": "http://x:1"}, getter=getter)
+    st = _deploy.instance_status({"name": "gpu0", "connect_url": "http://x:1"}, getter=getter)
     assert st["up"] and st["version"] == "0.5.17" and st["max_running_requests"] == 16
     assert st["server_info_path"] == "/get_server_info"
     line = deploy_filters._status_line(st)
@@ -173,24 +196,28 @@ def test_reclaim_pinned_adds_back_only_running_instances() -> None:
     facts = {"memory": {"available_bytes": 100, "effective_available_bytes": 90}, "gpus": []}
     previous = {"hicache": {"pinned_per_instance_bytes": 7},
                 "instances": [{"name": "gpu0"}, {"name": "gpu1"}]}
-    out = _deploy.reclaim_pinned(facts, previous, ["gpu1", "other"])
+    out = _manifest.reclaim_pinned(facts, previous, ["gpu1", "other"])
     assert out["memory"]["available_bytes"] == 107
     assert out["memory"]["effective_available_bytes"] == 97
     assert out["memory"]["reclaimed_pinned_bytes"] == 7
     assert facts["memory"]["available_bytes"] == 100  # not mutated
-    assert _deploy.reclaim_pinned(facts, {}, [])["memory"]["reclaimed_pinned_bytes"] == 0
+    assert _manifest.reclaim_pinned(facts, {}, [])["memory"]["reclaimed_pinned_bytes"] == 0
     sim = dict(previous, engine="sim")
-    assert _deploy.reclaim_pinned(facts, sim, ["gpu1"])["memory"]["reclaimed_pinned_bytes"] == 0
+    assert _manifest.reclaim_pinned(facts, sim, ["gpu1"])["memory"]["reclaimed_pinned_bytes"] == 0
+    # the filter takes "running" from host_facts' deployment (this deployment's live processes)
+    facts_run = dict(facts, deployment={"instances": [{"name": "gpu0", "running": False},
+                                                      {"name": "gpu1", "running": True}]})
+    assert deploy_filters._reclaim_pinned(facts_run, previous)["memory"]["reclaimed_pinned_bytes"] == 7
 
 
 def test_manifest_keeps_the_hicache_arithmetic_while_servers_keep_running() -> None:
     plan1 = dict(PLAN, hicache={"size_gb": 20, "available_bytes": 1, "pinned_per_instance_bytes": 5})
-    first = _deploy.build_manifest(host="h", plan=plan1, engine="sim", service_manager="process",
-                                   base_dir="/b", services={"gpu0": {"started": True}}, ready={})
+    first = _manifest.build(host="h", plan=plan1, engine="sim", service_manager="process",
+                            services={"gpu0": {"started": True}}, ready={})
     plan2 = dict(PLAN, hicache={"size_gb": 20, "available_bytes": 2, "pinned_per_instance_bytes": 5})
-    second = _deploy.build_manifest(host="h", plan=plan2, engine="sim", service_manager="process",
-                                    base_dir="/b", services={}, ready={}, previous=first)
+    second = _manifest.build(host="h", plan=plan2, engine="sim", service_manager="process",
+                             services={}, ready={}, previous=first)
     assert second["hicache"]["available_bytes"] == 1
-    third = _deploy.build_manifest(host="h", plan=plan2, engine="sim", service_manager="process",
-                                   base_dir="/b", services={"gpu1": {"started": True}}, ready={}, previous=first)
+    third = _manifest.build(host="h", plan=plan2, engine="sim", service_manager="process",
+                            services={"gpu1": {"started": True}}, ready={}, previous=first)
     assert third["hicache"]["available_bytes"] == 2

@@ -159,7 +159,8 @@ def test_recorded_host_facts(h200x2: dict[str, Any]) -> None:
     }
     assert set(facts) == {"schema_version", "gpu_source", "gpus", "gpu_count", "driver_version",
                           "cuda_version", "memory", "cpu_count", "numa_nodes", "service_manager",
-                          "python", "hostname"}
+                          "python", "hostname", "deployment"}
+    assert facts["deployment"] is None  # no deployment_dir given
 
 
 def test_recorded_nvml_facts(h200x2: dict[str, Any]) -> None:
@@ -407,7 +408,7 @@ def test_module_declared_gpus_without_nvidia_smi(repo_root: Path, tmp_path: Path
     assert facts["gpus"][1] == {
         "index": 1, "uuid": None, "name": "NVIDIA H200", "pci_bus_id": None, "memory_total_mib": 143771,
         "memory_used_mib": 0, "memory_free_mib": 143771, "driver_version": None, "compute_capability": None,
-        "mig_enabled": False, "processes": [], "busy": False,
+        "mig_enabled": False, "processes": [], "owned_by": [], "busy": False,
     }
     assert facts["memory"]["effective_available_bytes"] == 68719476736 - 1073741824
     assert facts["memory"]["limited_by"] == "cgroup_v2_max"
@@ -462,7 +463,7 @@ def test_module_with_recorded_nvidia_smi(repo_root: Path, tmp_path: Path, h200x2
     assert (facts["gpu_source"], facts["gpu_count"]) == ("nvidia-smi", 2)  # nvidia-smi wins
     assert (facts["driver_version"], facts["cuda_version"]) == ("580.159.04", "13.0")
     assert facts["gpus"] == [
-        {**gpu, "processes": [], "busy": False} for gpu in hf.parse_gpu_csv(h200x2["gpu_csv"])
+        {**gpu, "processes": [], "owned_by": [], "busy": False} for gpu in hf.parse_gpu_csv(h200x2["gpu_csv"])
     ]
     calls = (smi.parent / "calls.log").read_text(encoding="utf-8").splitlines()
     assert calls == [
@@ -488,7 +489,7 @@ def test_module_documentation(repo_root: Path) -> None:
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)["llmops.sglang.host_facts"]
     assert set(info["doc"]["options"]) == {"declared_gpus", "prefer_declared", "use_nvml", "require_gpus",
-                                           "nvidia_smi_path", "proc_root", "sys_root", "cgroup_root"}
+                                           "nvidia_smi_path", "proc_root", "sys_root", "cgroup_root", "deployment_dir"}
     facts_doc = info["return"]["ansible_facts"]["contains"]["sglang_host"]["contains"]
     sample = hf.build_facts(hf.HostInputs(meminfo_text="MemTotal: 1 kB\n", declared_gpus=["X"]))
     assert set(facts_doc) == set(sample)

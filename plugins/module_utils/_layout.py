@@ -1,0 +1,151 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The one owner of a deployment's layout on a host, and of how clients reach an instance.
+
+A deployment lives under one base folder (``sglang_base_dir``)::
+
+    <base>/deployment.json          the manifest (written by the server role)
+    <base>/engine/                  the embedded engine's code (engine "sim" only)
+    <base>/<instance>/launch.sh     the instance's launch script
+    <base>/<instance>/env           its environment (mode 0600: secrets live only here)
+    <base>/<instance>/server.pid    its pid file (process backend)
+    <base>/<instance>/server.log    its log
+
+Instance ``gpu0`` runs as the systemd unit ``sglang@gpu0.service`` or as the detached service
+``sglang-gpu0`` (whose marker variable its processes carry). Every task, filter and module
+takes these names and paths from here (through the plan, the manifest or ``discover``), so
+they are spelled once.
+
+Stdlib only, Python >= 3.8: modules ship this file to hosts.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+
+MANIFEST_FILE = "deployment.json"
+ENGINE_DIR = "engine"
+LAUNCH_SCRIPT = "launch.sh"
+ENV_FILE = "env"
+PID_FILE = "server.pid"
+LOG_FILE = "server.log"
+UNIT_TEMPLATE = "sglang@.service"
+UNIT_PREFIX = "sglang@"
+SERVICE_PREFIX = "sglang-"
+# Instance names are made by the plan ("gpu0", "gpu0-1"); anything else under the base folder
+# (the engine, a user's notes) is not an instance.
+INSTANCE_NAME = re.compile(r"gpu[0-9]+(?:-[0-9]+)*")
+WILDCARD_BINDS = ("", "0.0.0.0", "::", "[::]")
+
+
+def manifest_path(base_dir: str) -> str:
+    return os.path.join(base_dir, MANIFEST_FILE)
+
+
+def engine_root(base_dir: str) -> str:
+    return os.path.join(base_dir, ENGINE_DIR)
+
+
+def instance_dir(base_dir: str, name: str) -> str:
+    return os.path.join(base_dir, name)
+
+
+def instance_paths(base_dir: str, name: str) -> dict[str, str]:
+    """{dir, launch_script, env_file, pid_file, log_file} of one instance."""
+    folder = instance_dir(base_dir, name)
+    return {
+        "dir": folder,
+        "launch_script": os.path.join(folder, LAUNCH_SCRIPT),
+        "env_file": os.path.join(folder, ENV_FILE),
+        "pid_file": os.path.join(folder, PID_FILE),
+        "log_file": os.path.join(folder, LOG_FILE),
+    }
+
+
+def unit_name(name: str) -> str:
+    """The systemd unit of an instance (an instance of the template unit)."""
+    return f"{UNIT_PREFIX}{name}.service"
+
+
+def service_name(name: str) -> str:
+    """The detached service's name (also the marker its processes carry in their environment)."""
+    return f"{SERVICE_PREFIX}{name}"
+
+
+def is_instance_name(name: str) -> bool:
+    return bool(INSTANCE_NAME.fullmatch(name))
+
+
+def discover(base_dir: str) -> list[str]:
+    """Names of the instance folders under ``base_dir`` (those holding a launch script, a pid
+    file or a log), sorted; [] when the folder does not exist. The fallback when the manifest
+    is missing or unreadable."""
+    try:
+        entries = os.listdir(base_dir)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if not is_instance_name(entry):
+            continue
+        paths = instance_paths(base_dir, entry)
+        if any(os.path.exists(paths[key]) for key in ("launch_script", "pid_file", "log_file")):
+            found.append(entry)
+    return sorted(found, key=_natural)
+
+
+def _natural(name: str) -> list[object]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"([0-9]+)", name)]
+
+
+def unit_instance(cgroup_text: str) -> str | None:
+    """The instance whose unit a process runs in, from ``/proc/<pid>/cgroup`` text."""
+    match = re.search(r"/" + re.escape(UNIT_PREFIX) + r"([^/\s]+)\.service(?:/|$)", cgroup_text, re.M)
+    return match.group(1) if match else None
+
+
+# --------------------------------------------------------------------------------------------
+# Addresses
+
+
+def is_wildcard(bind: str | None) -> bool:
+    return (bind or "") in WILDCARD_BINDS
+
+
+def url_host(address: str) -> str:
+    """An address as the host part of a URL (IPv6 literals in brackets)."""
+    bare = address.strip("[]")
+    try:
+        if ipaddress.ip_address(bare).version == 6:
+            return f"[{bare}]"
+    except ValueError:
+        pass
+    return address
+
+
+def connect_url(bind: str | None, port: int) -> str:
+    """Where a client on the instance's own host reaches it: a wildcard bind (0.0.0.0, ::)
+    is reached on loopback of the same family; a specific address on itself."""
+    if is_wildcard(bind):
+        host = "[::1]" if (bind or "").strip("[]") == "::" else "127.0.0.1"
+    else:
+        host = url_host(str(bind))
+    return f"http://{host}:{int(port)}"
+
+
+def advertise_url(bind: str | None, port: int, host_address: str | None) -> str | None:
+    """Where clients on other hosts (a router, a controller-side sweep) reach the instance:
+    the bind address itself, or for a wildcard bind the host's own address
+    (``host_address``: the inventory's ``ansible_host``). None when it listens on loopback
+    only: no other host can reach it."""
+    if is_wildcard(bind):
+        return f"http://{url_host(host_address)}:{int(port)}" if host_address else None
+    if str(bind) == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(str(bind).strip("[]")).is_loopback:
+            return None
+    except ValueError:
+        pass  # a host name: reachable as such
+    return f"http://{url_host(str(bind))}:{int(port)}"

@@ -1,0 +1,249 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The deployment manifest (``<base>/deployment.json``): the one writer and the one reader.
+
+The server role writes it after every deploy; status, stop, bench and the router read it.
+``load`` reads it whatever state it is in: a manifest of an older schema is brought to the
+current one; a missing or unreadable one is rebuilt from the instance folders
+(``_layout.discover``: launch scripts and pid files), so that stop and status still find
+the servers that run.
+
+Stdlib only, Python >= 3.8 (``llmops.sglang.server_status`` ships it to hosts).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+
+SCHEMA_VERSION = 2
+BACKENDS = ("process", "systemd")
+
+
+class ManifestError(ValueError):
+    """The file is not a deployment manifest; the message says what is wrong with it."""
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def _instance_v2(inst: dict[str, Any], base_dir: str) -> dict[str, Any]:
+    """One instance record in the current shape (fields of schema 1 mapped over)."""
+    name = str(inst["name"])
+    out = dict(inst)
+    paths = _layout.instance_paths(base_dir, name)
+    given = inst.get("paths") if isinstance(inst.get("paths"), dict) else {}
+    for key in paths:
+        if key in inst and key != "dir":  # schema 1 kept the paths at the top of the record
+            paths[key] = inst[key] or paths[key]
+            out.pop(key, None)
+    paths.update({k: v for k, v in given.items() if isinstance(v, str) and v})
+    out["paths"] = paths
+    if "connect_url" not in out:
+        out["connect_url"] = out.pop("url", None)
+    out.pop("url", None)
+    out.setdefault("advertise_url", None)
+    out.setdefault("unit", None)
+    out["service"] = out.get("service") or _layout.service_name(name)
+    out.setdefault("gpus", [])
+    return out
+
+
+def normalize(data: Any, base_dir: str) -> dict[str, Any]:
+    """A manifest of schema 1 or 2 in the current shape; ManifestError when it is not one."""
+    if not isinstance(data, dict):
+        raise ManifestError(f"a manifest is a JSON object, not {type(data).__name__}")
+    instances = data.get("instances")
+    if not isinstance(instances, list) or not all(isinstance(i, dict) and i.get("name") for i in instances):
+        raise ManifestError("a manifest has a list of instances, each with a name")
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ManifestError(f"manifest schema_version {version!r} is newer than this collection "
+                            f"reads ({SCHEMA_VERSION}): upgrade llmops.sglang")
+    out = dict(data)
+    out["schema_version"] = SCHEMA_VERSION
+    out["base_dir"] = str(data.get("base_dir") or base_dir)
+    out["instances"] = [_instance_v2(i, out["base_dir"]) for i in instances]
+    out.setdefault("service_manager", "process")
+    return out
+
+
+def _launch_args(script: str) -> dict[str, str]:
+    """--host / --port of a rendered launch script (its ``args=( ... )`` block)."""
+    try:
+        with open(script, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    start = text.find("args=(")
+    end = text.find("\n)", start)
+    if start < 0 or end < 0:
+        return {}
+    try:
+        words = shlex.split(text[start + len("args=("):end], comments=True)
+    except ValueError:
+        return {}
+    found = {}
+    for flag in ("--host", "--port"):
+        if flag in words[:-1]:
+            found[flag] = words[words.index(flag) + 1]
+    return found
+
+
+def from_folders(base_dir: str, service_manager: str = "process") -> dict[str, Any]:
+    """A manifest rebuilt from the instance folders, for when deployment.json is gone or
+    unreadable: names, paths and units from the layout, the URL from each launch script."""
+    instances = []
+    for name in _layout.discover(base_dir):
+        paths = _layout.instance_paths(base_dir, name)
+        args = _launch_args(paths["launch_script"])
+        url = None
+        if "--port" in args and args["--port"].isdigit():
+            url = _layout.connect_url(args.get("--host", "127.0.0.1"), int(args["--port"]))
+        backend = "process" if os.path.exists(paths["pid_file"]) else service_manager
+        instances.append({
+            "name": name,
+            "gpus": [],
+            "connect_url": url,
+            "advertise_url": None,
+            "unit": _layout.unit_name(name) if backend == "systemd" else None,
+            "service": _layout.service_name(name),
+            "paths": paths,
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "base_dir": base_dir,
+        "service_manager": service_manager,
+        "rebuilt_from_folders": True,
+        "instances": instances,
+    }
+
+
+def load(base_dir: str, service_manager: str = "process") -> dict[str, Any]:
+    """Read ``<base>/deployment.json`` whatever its state.
+
+    Returns {state, problem, manifest}: state ``ok``; ``missing`` or ``unreadable`` with the
+    manifest rebuilt from the instance folders (``problem`` says what was wrong); ``absent``
+    when there is neither a manifest nor an instance folder (manifest None).
+    """
+    path = _layout.manifest_path(base_dir)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        rebuilt = from_folders(base_dir, service_manager)
+        if not rebuilt["instances"]:
+            return {"state": "absent", "problem": "", "manifest": None, "path": path}
+        return {"state": "missing", "manifest": rebuilt, "path": path,
+                "problem": f"{path} does not exist; found instance folder(s) "
+                           f"{', '.join(i['name'] for i in rebuilt['instances'])} under {base_dir}"}
+    except OSError as exc:
+        raw, problem = None, f"cannot read {path}: {exc.strerror or exc}"
+    else:
+        try:
+            return {"state": "ok", "problem": "", "manifest": normalize(json.loads(raw), base_dir), "path": path}
+        except ValueError as exc:  # JSONDecodeError and ManifestError
+            problem = f"{path} is not a deployment manifest ({exc})"
+    rebuilt = from_folders(base_dir, service_manager)
+    names = ", ".join(i["name"] for i in rebuilt["instances"]) or "none"
+    return {"state": "unreadable", "manifest": rebuilt, "path": path,
+            "problem": f"{problem}; using the instance folders found under {base_dir}: {names}"}
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None,
+                   running: list[str] | None) -> dict[str, Any]:
+    """Facts for re-planning a host whose own servers already pin HiCache memory.
+
+    MemAvailable on a host running this deployment excludes what its instances pinned; if
+    the plan did not add that back, every re-run would size smaller and restart them. Only
+    the instances that are still running (`running`: their names) are added back. The
+    embedded engine (engine "sim") models its host pools without allocating them, so
+    nothing is added back for it.
+    """
+    out = json.loads(json.dumps(facts))
+    hicache = (previous or {}).get("hicache") or {}
+    if (previous or {}).get("engine") == "sim":
+        hicache = {}
+    per_instance = int(hicache.get("pinned_per_instance_bytes") or 0)
+    names = {i.get("name") for i in (previous or {}).get("instances", [])}
+    count = len([n for n in (running or []) if n in names])
+    reclaimed = per_instance * count
+    mem = out.setdefault("memory", {})
+    for key in ("available_bytes", "effective_available_bytes"):
+        if isinstance(mem.get(key), int):
+            mem[key] += reclaimed
+    mem["reclaimed_pinned_bytes"] = reclaimed
+    return out
+
+
+def build(
+    *,
+    host: str,
+    plan: dict[str, Any],
+    engine: str,
+    service_manager: str,
+    services: dict[str, dict[str, Any]],
+    ready: dict[str, dict[str, Any]],
+    previous: dict[str, Any] | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """deployment.json: what runs where, read by bench, status, stop and the router.
+
+    ``plan``: the instance plan (each instance carries its paths, unit, service and URLs);
+    ``services``: name -> {pid, started (bool: (re)started this run)}; ``ready``: name -> wait
+    result. An instance that did not restart keeps its earlier ready time from ``previous``,
+    and while no server restarted the HiCache arithmetic of the run that started them is kept
+    (MemAvailable moves between runs and would rewrite the manifest).
+    """
+    earlier = {i["name"]: i for i in (previous or {}).get("instances", []) if isinstance(i, dict)}
+    any_started = any(services.get(i["name"], {}).get("started") for i in plan["instances"])
+    hicache = plan.get("hicache")
+    prev_hicache = (previous or {}).get("hicache")
+    if (not any_started and prev_hicache and hicache
+            and prev_hicache.get("size_gb") == hicache.get("size_gb")):
+        hicache = prev_hicache
+    instances = []
+    for inst in plan["instances"]:
+        name = inst["name"]
+        svc = services.get(name, {})
+        rdy = ready.get(name, {})
+        before = earlier.get(name, {})
+        if svc.get("started") or not before.get("ready_at"):
+            ready_at, ready_after = rdy.get("ready_at"), rdy.get("waited_s")
+        else:
+            ready_at, ready_after = before.get("ready_at"), before.get("ready_after_s")
+        instances.append({
+            "name": name,
+            "gpus": inst.get("gpu_ids", []),
+            "port": inst["port"],
+            "connect_url": inst["connect_url"],
+            "advertise_url": inst.get("advertise_url"),
+            "pid": svc.get("pid"),
+            "unit": inst["unit"] if service_manager == "systemd" else None,
+            "service": inst["service"],
+            "paths": inst["paths"],
+            "argv": inst.get("argv", []),
+            "hicache": hicache,
+            "ready_at": ready_at,
+            "ready_after_s": ready_after,
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "host": host,
+        "profile": plan.get("profile"),
+        "release": plan.get("release"),
+        "engine": engine,
+        "service_manager": service_manager,
+        "base_dir": plan["base_dir"],
+        "python": python,
+        "hicache": hicache,
+        "instances": instances,
+    }
