@@ -16,6 +16,11 @@ def test_galaxy_and_runtime(repo_root) -> None:
     assert galaxy["license"] == ["Apache-2.0"]
     for local in (".venv", ".run", "reports", ".cache"):
         assert local in galaxy["build_ignore"]
+    # the license the file headers cite ("Apache-2.0 (see LICENSE)") ships with the collection
+    license_text = (repo_root / "LICENSE").read_text()
+    assert license_text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in license_text
+    assert not {"LICENSE", "tests", "tests/fixtures"} & set(galaxy["build_ignore"])
     runtime = yaml.safe_load((repo_root / "meta" / "runtime.yml").read_text())
     assert runtime["requires_ansible"] == ">=2.18.0"
 
