@@ -1,7 +1,6 @@
-"""Test configuration: make the collection importable by its FQCN and locate ../shared."""
+"""Test configuration: make the collection importable by its FQCN and locate tests/fixtures."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -12,24 +11,13 @@ COLLECTIONS = ROOT / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-
-def shared_dir() -> Path:
-    """The read-only shared/ folder beside the checkout (SHARED_DIR overrides it)."""
-    env = os.environ.get("SHARED_DIR")
-    return Path(env) if env else ROOT.parent / "shared"
+# Recordings of real hosts and real SGLang servers, copied byte for byte (tests/fixtures/README.md).
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    path = shared_dir()
-    if not path.is_dir():
-        pytest.fail(f"shared/ not found at {path}: set SHARED_DIR")
-    return path
-
-
-@pytest.fixture(scope="session")
-def fixtures_dir(shared: Path) -> Path:
-    return shared / "fixtures"
+def fixtures_dir() -> Path:
+    return FIXTURES
 
 
 @pytest.fixture(scope="session")

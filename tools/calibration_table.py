@@ -58,7 +58,7 @@ SEED_SHAPES: list[tuple[str, str, float]] = [
     ("mtp_hicache", "mamba_slots", 48),
 ]
 
-# 0.5.17 on one H200 (random weights: accept length 1.0), shared/fixtures/sglang-0.5.17-h200.
+# 0.5.17 on one H200 (random weights: accept length 1.0), tests/fixtures/sglang-0.5.17-h200.
 H200_DENSE = {
     "load_format": "dummy", "cuda_graph_max_bs": 32, "mem_fraction_static": 0.8,
     "max_running_requests": 64,

@@ -4,7 +4,7 @@
 
 It accepts exactly the flags of the emulated release (the release's own argparse schema),
 serves SGLang's HTTP API with the response shapes of the real server (recordings in
-``shared/fixtures/sglang-0.5.17-h200``) and paces token generation with the performance
+``tests/fixtures/sglang-0.5.17-h200``) and paces token generation with the performance
 model (``_perfmodel.Scheduler``), scaled by ``LLMOPS_SIM_TIME_SCALE``.
 
 Run: ``python -m ansible_collections.llmops.sglang.plugins.module_utils._engine <argv>``.

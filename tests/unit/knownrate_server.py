@@ -10,7 +10,7 @@ S = P + T/R, so a closed-loop level of n requests at concurrency C takes ceil(n 
 waves of S and delivers n*T / (ceil(n / min(C, K)) * S) tokens/s: ``expected_output_tok_s``.
 
 Chunks copy the fields of the real 0.5.17 recordings in
-``shared/fixtures/sglang-0.5.17-h200/*/stream_{completions,generate}.txt``: OpenAI completion
+``tests/fixtures/sglang-0.5.17-h200/*/stream_{completions,generate}.txt``: OpenAI completion
 chunks with ``"text": ""`` allowed, ``"usage": null``, the finish chunk with
 ``finish_reason: "length"``, then (only when ``stream_options.include_usage``) a usage chunk with
 ``choices: []``, then ``data: [DONE]``; native chunks with the cumulative text, output_ids and
@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import signal
 import socket
 import sys
@@ -78,16 +77,13 @@ def expected_steady_tok_s(cfg: ServerConfig, concurrency: int, max_tokens: int) 
     return min(concurrency, cfg.slots) * max_tokens / cfg.service_time(max_tokens)
 
 
+RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
+
+
 def _recorded_server_info() -> dict[str, Any]:
-    """The body /server_info answered on a real 0.5.17 server (dense recording), if reachable."""
-    env = os.environ.get("SHARED_DIR")
-    shared = Path(env) if env else Path(__file__).resolve().parents[3] / "shared"
-    path = shared / "fixtures" / "sglang-0.5.17-h200" / "dense" / "ep_server_info.txt"
-    try:
-        text = path.read_text()
-        return json.loads(text[text.index("{"):])
-    except (OSError, ValueError):
-        return {"version": "0.5.17", "internal_states": [{}]}
+    """The body /server_info answered on a real 0.5.17 server (dense recording)."""
+    text = (RECORDING / "dense" / "ep_server_info.txt").read_text()
+    return json.loads(text[text.index("{"):])
 
 
 def _dumps(obj: Any) -> bytes:

@@ -1,6 +1,6 @@
 """Tests for module_utils/_hostfacts.py and the llmops.sglang.host_facts module.
 
-The real recording of a 2x H200 host (shared/fixtures/h200x2) is parsed as recorded; the
+The real recording of a 2x H200 host (tests/fixtures/h200x2) is parsed as recorded; the
 derived cases in fixtures/hostfacts/*.yml (8 GPUs, MIG, busy GPUs, no GPU, cgroup limits,
 malformed output) take the recording's shapes and values where they can ("recorded").
 """

@@ -1,5 +1,5 @@
 """Unit tests for plugins/module_utils/_plan.py (HiCache sizing, profiles, instance plan) and the
-filters over it, on the recorded hosts in ../shared/fixtures."""
+filters over it, on the recorded hosts in tests/fixtures."""
 from __future__ import annotations
 
 import copy

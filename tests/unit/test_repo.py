@@ -1,8 +1,11 @@
-"""Repository-level checks: collection metadata, generated docs up to date."""
+"""Repository-level checks: collection metadata, generated docs up to date, a checkout that stands
+alone."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -13,6 +16,11 @@ def test_galaxy_and_runtime(repo_root) -> None:
     assert galaxy["license"] == ["Apache-2.0"]
     for local in (".venv", ".run", "reports", ".cache"):
         assert local in galaxy["build_ignore"]
+    # the license the file headers cite ("Apache-2.0 (see LICENSE)") ships with the collection
+    license_text = (repo_root / "LICENSE").read_text()
+    assert license_text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in license_text
+    assert not {"LICENSE", "tests", "tests/fixtures"} & set(galaxy["build_ignore"])
     runtime = yaml.safe_load((repo_root / "meta" / "runtime.yml").read_text())
     assert runtime["requires_ansible"] == ">=2.18.0"
 
@@ -64,3 +72,38 @@ def test_every_plugin_documents_itself(repo_root) -> None:
                          cwd=repo_root, env=env, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)) == len(filters)
+
+
+# The checkout stands alone: no test, CI step or shipped file reads the shared folder that sits
+# beside the maintainers' checkouts (a clone from GitHub has none), neither by its path nor by a
+# path joined in code (the parent folder joined with that name). The patterns are written so
+# that this file does not match itself.
+_OUTSIDE = re.compile("|".join((re.escape("../" + "shared"), "SHARED" + "_DIR", re.escape("/work/" + "shared"),
+                                r"""/\s*["']shared["']""")))
+_SCANNED = ("tests", "Makefile", ".ci", "plugins", "roles", "playbooks", "molecule")
+_SKIPPED_DIRS = {"__pycache__", ".pytest_cache"}
+
+
+def references_outside_the_repo(root: Path) -> list[str]:
+    """`path:line: text` for each line under _SCANNED that names the shared folder."""
+    recordings = root / "tests" / "fixtures"  # byte-for-byte copies of recordings: data
+    found = []
+    for top in _SCANNED:
+        base = root / top
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for path in files:
+            if recordings in path.parents or _SKIPPED_DIRS & set(path.relative_to(root).parts):
+                continue
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            for number, line in enumerate(text.splitlines(), 1):
+                if _OUTSIDE.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    return found
+
+
+def test_nothing_reads_the_shared_folder_beside_the_checkout(repo_root: Path) -> None:
+    assert (repo_root / "tests" / "fixtures" / "README.md").is_file()
+    for top in _SCANNED:
+        assert (repo_root / top).exists(), top  # a renamed folder must not pass unscanned
+    found = references_outside_the_repo(repo_root)
+    assert not found, "\n".join(found)

@@ -1,7 +1,7 @@
 """Tests for plugins/module_utils/_report.py and the sweep_report module.
 
-The sweep numbers are the seed's MTP + HiCache table, read from
-shared/reference/seed-benchmarks.md (n = max(2C, 8), 1024 output tokens per request, the walls
+The sweep numbers are the seed's MTP + HiCache table, read from tests/fixtures/seed-benchmarks.md
+(a copy of the seed's reference/seed-benchmarks.md; n = max(2C, 8), 1024 output tokens per request, the walls
 and tok/s as measured). The baseline profile ("mtp", before HiCache) carries the two numbers
 the seed recorded for it: C=4 at 234 tok/s, C=1 within the 62-77 tok/s the seed gives.
 Latencies are synthetic (the seed did not record them) and only have to be plausible.
@@ -33,9 +33,9 @@ RUN_ID = "20261130T051500Z"
 
 
 # --------------------------------------------------------------------------- fixtures
-def seed_rows(shared: Path) -> list[str]:
+def seed_rows(fixtures_dir: Path) -> list[str]:
     """The data rows of the seed's MTP + HiCache table, exactly as written."""
-    text = (shared / "reference" / "seed-benchmarks.md").read_text(encoding="utf-8")
+    text = (fixtures_dir / "seed-benchmarks.md").read_text(encoding="utf-8")
     section = text.split("## The MTP + HiCache sweep", 1)[1]
     return [line.strip() for line in section.splitlines() if re.match(r"^\|\s*\d", line)]
 
@@ -105,8 +105,8 @@ def make_sweep(points: list[dict[str, Any]], knee: dict[str, Any] | None, url: s
 
 
 @pytest.fixture()
-def seed(shared: Path) -> list[str]:
-    rows = seed_rows(shared)
+def seed(fixtures_dir: Path) -> list[str]:
+    rows = seed_rows(fixtures_dir)
     assert len(rows) == 6, rows
     return rows
 

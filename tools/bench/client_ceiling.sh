@@ -4,7 +4,11 @@
 # pinned to CPU 0, the server to CPU 1.
 #   tools/bench/client_ceiling.sh [REPS] [CONCURRENCIES...]     (default: 2 reps, 64 256)
 # Env: MAX_TOKENS (512), REQ_PER_C (4: requests per level = 4*C), PORT (34500),
-#      MODES ("bulk perevent": server writes a response at once / one write per SSE event).
+#      MODES ("bulk perevent": server writes a response at once / one write per SSE event),
+#      TOKENIZER (a folder with tokenizer.json for bench_serving; default /tmp/sgbench/models/qwen3-dense),
+#      MAKE_MODELS (path to make_models.py, which writes that folder when it is missing: the
+#      8000-token BPE of the GPU recording kit, gpu/real-sglang/make_models.py in the maintainers'
+#      shared folder; it is not part of this repository).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPS=${1:-2}; shift || true
@@ -17,8 +21,15 @@ if [ ! -x $SG/bin/python ] || ! $SG/bin/python -c 'import sglang, transformers, 
   $SG/bin/pip install -q --no-deps sglang==0.5.17
   $SG/bin/pip install -q aiohttp numpy requests tqdm orjson pybase64 psutil pyzmq pillow transformers==5.12.1
 fi
-TOK=$SG/models/qwen3-dense
-[ -f $TOK/tokenizer.json ] || $SG/bin/python /work/shared/gpu/real-sglang/make_models.py $SG/models >/dev/null
+TOK=${TOKENIZER:-$SG/models/qwen3-dense}
+if [ ! -f "$TOK/tokenizer.json" ]; then
+  if [ -z "${TOKENIZER:-}" ] && [ -f "${MAKE_MODELS:-}" ]; then
+    $SG/bin/python "$MAKE_MODELS" $SG/models >/dev/null
+  else
+    echo "no $TOK/tokenizer.json: set TOKENIZER to a folder with one, or MAKE_MODELS to make_models.py" >&2
+    exit 1
+  fi
+fi
 URL=http://127.0.0.1:$PORT
 srv_cpu() { awk '{printf "%.2f", ($14+$15)/100}' /proc/$SRV/stat; }
 SRV=
@@ -37,7 +48,7 @@ for rep in $(seq "$REPS"); do
       --requests "$N" --max-tokens "$T" --label "llmops rep$rep" | grep -v SUMMARY
     s1=$(srv_cpu); echo "   server CPU during llmops run: $(echo "$s1 - $s0" | bc) s"
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 taskset -c 0 $SG/bin/python tools/bench/run_bench_serving.py --backend sglang-oai \
-      --base-url "$URL" --model zero --tokenizer $TOK --dataset-name random-ids \
+      --base-url "$URL" --model zero --tokenizer "$TOK" --dataset-name random-ids \
       --random-input-len 64 --random-output-len "$T" --random-range-ratio 1.0 \
       --num-prompts "$N" --max-concurrency "$C" --request-rate inf --disable-tqdm \
       --output-file "$OUT/bench_serving.jsonl" >"$OUT/bs-$mode-rep$rep-C$C.txt" 2>&1 || true
