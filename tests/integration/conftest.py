@@ -61,11 +61,12 @@ class Deployment:
     extra: dict
 
     fact_cache: Path | None = None
+    path_prepend: list[Path] = field(default_factory=list)  # e.g. a stand-in nvidia-smi's folder
 
     def env(self) -> dict[str, str]:
+        path = ":".join([*(str(p) for p in self.path_prepend), str(BIN), os.environ.get("PATH", "")])
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                   ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ.get('PATH', '')}",
-                   ANSIBLE_CACHE_PLUGIN="memory")
+                   ANSIBLE_NOCOLOR="1", PATH=path, ANSIBLE_CACHE_PLUGIN="memory")
         if self.fact_cache is not None:
             env.update(ANSIBLE_CACHE_PLUGIN="jsonfile", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.fact_cache))
         return env

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from . import fake_nvidia_smi
 from .conftest import BIN, ROOT, Deployment, cleanup, group_members, make_inventory
 
 pytestmark = pytest.mark.integration
@@ -207,3 +209,70 @@ def test_installed_collection_runs_its_playbooks_by_fqcn(tmp_path: Path) -> None
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert str(colls) in res.stdout  # the installed copy ran, not the checkout
     assert "--enable-hierarchical-cache" in res.stdout
+
+
+def _scheduler_child(leader: int, timeout: float = 20) -> int:
+    """The pid of an instance's scheduler process (SGLang's process shape: a child of the
+    server's process group titled sglang::scheduler), as nvidia-smi lists it on a GPU."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in group_members(leader):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if pid != leader and title == b"sglang::scheduler":
+                return pid
+        time.sleep(0.1)
+    raise AssertionError(f"no sglang::scheduler child in the process group of {leader}")
+
+
+def test_redeploy_on_gpus_its_own_schedulers_hold_and_refuses_foreign_ones(tmp_path: Path) -> None:
+    """The H200 re-deploy failure, locally: nvidia-smi (a stand-in answering with the recorded
+    H200 pair) lists each instance's scheduler child on its GPU. A re-deploy with nothing
+    changed must see them as its own (changed=0, same pids); a foreign process on a GPU makes
+    the plan refuse before anything changes, naming its pid and name; force_busy goes ahead
+    with a warning."""
+    smi_dir = tmp_path / "smi"
+    fake_nvidia_smi.install(smi_dir)
+    dep = make_inventory(tmp_path)
+    dep.path_prepend.append(smi_dir)
+    try:
+        first = dep.play("deploy.yml", profile="mtp")
+        assert first.rc == 0, first.out[-4000:]
+        pids = dep.pids()
+        schedulers = {name: _scheduler_child(pid) for name, pid in pids.items()}
+        fake_nvidia_smi.write_state(smi_dir, [
+            {"gpu": 0, "pid": schedulers["gpu0"], "used_memory_mib": 120000},
+            {"gpu": 1, "pid": schedulers["gpu1"], "used_memory_mib": 120000}])
+        again = dep.play("deploy.yml", "-v", profile="mtp")
+        assert again.rc == 0, again.out[-4000:]
+        assert again.changed == 0, again.out[-4000:]
+        assert dep.pids() == pids
+        assert "'owner': 'gpu0'" in again.out or "owner: gpu0" in again.out
+
+        manifest_before = (dep.base / "deployment.json").read_bytes()
+        scripts_before = {p: p.read_bytes() for p in dep.base.glob("*/launch.sh")}
+        stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        try:
+            fake_nvidia_smi.write_state(smi_dir, [
+                {"gpu": 0, "pid": schedulers["gpu0"], "used_memory_mib": 120000},
+                {"gpu": 1, "pid": schedulers["gpu1"], "used_memory_mib": 120000},
+                {"gpu": 1, "pid": stranger.pid, "used_memory_mib": 4000}])
+            refused = dep.play("deploy.yml", profile="baseline")
+            assert refused.rc != 0
+            assert f"GPU 1 (pid {stranger.pid} {sys.executable})" in refused.out, refused.out[-3000:]
+            assert "sglang_force_busy_gpus" in refused.out
+            assert refused.changed == 0
+            assert dep.pids() == pids and (dep.base / "deployment.json").read_bytes() == manifest_before
+            assert {p: p.read_bytes() for p in dep.base.glob("*/launch.sh")} == scripts_before
+
+            forced = dep.play("deploy.yml", profile="mtp", sglang_force_busy_gpus=True)
+            assert forced.rc == 0, forced.out[-3000:]
+            assert "deploying on busy GPU(s) because force_busy is set" in forced.out
+            assert forced.changed == 0 and dep.pids() == pids
+        finally:
+            stranger.kill()
+            stranger.wait()
+    finally:
+        cleanup(dep)
