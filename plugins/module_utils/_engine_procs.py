@@ -48,7 +48,7 @@ CRASH_DIAGNOSTICS_SLEEP_S = 5.0  # dump_requests_before_crash: time.sleep(5) (x 
 STOP_TIMEOUT_S = 5.0  # the main's own stop: SIGTERM, then SIGKILL after this
 KILL_TIMEOUT_S = 5.0
 
-_FALSE = ("0", "false", "no", "off", "n", "f")
+_FALSE = ("false", "0", "no", "n")  # environ.py EnvBool.parse
 
 # The children's program (stdlib only), fed on stdin; CONF is filled in by child_program(). A
 # child with "children" (the DP controller) starts them with the same program, as their parent.
@@ -374,10 +374,6 @@ class EngineProcs:
         return procs
 
     # -- observation -------------------------------------------------------------------
-    @property
-    def pids(self) -> list[int]:
-        return [c.pid for c in self.children]
-
     def _dead(self, schedulers_only: bool) -> _Child | None:
         for child in self.children:
             if schedulers_only and not child.spec.name.startswith("scheduler_"):
