@@ -35,7 +35,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _perfmodel
+from ansible_collections.llmops.sglang.plugins.module_utils import (
+    _engine_procs,
+    _flags,
+    _perfmodel,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._paths import load_json
 
 DEFAULT_RELEASE = "0.5.23"
@@ -1768,6 +1772,12 @@ def main(argv: list[str] | None = None) -> int:
     except _StartupError as exc:
         log.error(str(exc))
         return 1
+    try:  # SGLang's scheduler and detokenizer processes (docs/engine-api.md "Processes")
+        procs = _engine_procs.EngineProcs.spawn(args, log, time_scale)
+    except OSError as exc:
+        log.error(f"cannot start the engine's child processes: {exc}")
+        sock.close()
+        return 1
     engine_holder: dict[str, Engine] = {}
 
     async def _amain() -> int:
@@ -1776,13 +1786,16 @@ def main(argv: list[str] | None = None) -> int:
                         log=log)
         engine_holder["engine"] = engine
         listen_early = os.environ.get("LLMOPS_SIM_LISTEN", "early").lower() != "ready"
-        return await engine.run(sock, _startup_schedule(args, plan, traits), listen_early)
+        return await procs.supervise(
+            engine.run(sock, _startup_schedule(args, plan, traits), listen_early),
+            phase=lambda: engine.state, stop=engine.stop_event.set)
 
     try:
         return asyncio.run(_amain())
     except KeyboardInterrupt:
         return 0
     finally:
+        procs.stop()
         sock.close()
 
 
