@@ -61,3 +61,28 @@ def test_compare_then_bench_writes_reports_and_cached_facts(deployment: Deployme
     assert par.rc == 0, par.out[-4000:]
     assert par.recap["localhost"]["changed"] == 1  # the report only; sweeps change nothing
     assert (reports / "par" / "localhost_gpu0_mtp.json").exists()
+
+
+def test_wildcard_bind_is_reached_on_loopback_by_status_and_bench(tmp_path: Path) -> None:
+    """Servers bound to 0.0.0.0: the manifest hands local clients a loopback URL (never
+    http://0.0.0.0:PORT), other hosts the inventory address; status and bench reach them."""
+    from .conftest import cleanup, make_inventory
+
+    dep = make_inventory(tmp_path, sglang_host_address="0.0.0.0", ansible_host="127.0.0.1", sglang_gpus=[0])
+    try:
+        run = dep.play("deploy.yml", profile="baseline")
+        assert run.rc == 0, run.out[-4000:]
+        inst = dep.manifest()["instances"][0]
+        port = dep.extra["sglang_base_port"]
+        assert inst["connect_url"] == f"http://127.0.0.1:{port}"
+        assert inst["advertise_url"] == f"http://127.0.0.1:{port}"
+        assert "0.0.0.0" in inst["argv"]  # it does listen on every address
+        status = dep.play("status.yml")
+        assert status.rc == 0 and f"gpu0: up http://127.0.0.1:{port}" in status.out, status.out[-2000:]
+        bench = dep.play("bench.yml", sglang_bench_concurrency=[1], sglang_bench_requests=2,
+                         sglang_bench_max_tokens=8, sglang_bench_reports_dir=str(tmp_path / "reports"))
+        assert bench.rc == 0, bench.out[-3000:]
+        data = json.loads(next((tmp_path / "reports" / "latest").glob("localhost_gpu0_*.json")).read_text())
+        assert data["sweep"]["points"][0]["ok"] == 2 and data["meta"]["url"] == f"http://127.0.0.1:{port}"
+    finally:
+        cleanup(dep)
