@@ -14,6 +14,17 @@ STAMP := $(VENV)/.installed-$(REQS)
 PYTHON_NEW ?= $(shell PYENV_VERSION=3.13.0 python3 -c 'import sys; print(sys.executable if sys.version_info >= (3, 12) else "")' 2>/dev/null || true)
 VENV_NEW ?= .venv-new
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Host-side Python (runs on managed hosts: Python >= 3.10), listed once in tests/host_side_files.txt
+# (globs; `#` comment lines), which tests/unit/test_py310.py reads too.
+HASH := \#
+HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '^[[:space:]]*$$' tests/host_side_files.txt)))
+# vermin: fail on anything that needs a Python newer than 3.10 (-t=3.10- --violations).
+# Annotations are not evaluated (every host file has `from __future__ import annotations`), hence
+# --no-eval-annotations; no --backport: hosts have the stdlib only (plus aiohttp in the engine
+# venv), so a backport package would not be there; default features (its PEP 701 f-string check
+# works on Python >= 3.12 only; on 3.11 such files do not parse, which test_py310 catches).
+# --no-config-file: these flags alone decide. `# novm` comments still exempt a version-guarded line.
+VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help setup lint unit integration molecule build test test-newcore demo clean stop
@@ -22,7 +33,7 @@ help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
 	@echo "make demo         deploy mtp_hicache locally (embedded engine), status, throughput sweep + report"
 	@echo "make test         setup + lint + unit + integration + molecule + collection build"
-	@echo "make lint         ansible-lint (production profile) + ruff"
+	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
 	@echo "make stop         stop everything the demo started"
 
 $(STAMP): $(REQS)
@@ -38,6 +49,7 @@ setup: $(STAMP)
 
 lint: setup
 	$(BIN)/ruff check plugins tests tools
+	$(BIN)/$(VERMIN) $(HOST_SIDE_PY)
 	$(BIN)/ansible-lint --profile production --offline playbooks roles molecule inventories
 
 unit: setup
