@@ -14,15 +14,28 @@ STAMP := $(VENV)/.installed-$(REQS)
 PYTHON_NEW ?= $(shell PYENV_VERSION=3.13.0 python3 -c 'import sys; print(sys.executable if sys.version_info >= (3, 12) else "")' 2>/dev/null || true)
 VENV_NEW ?= .venv-new
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Host-side Python (runs on managed hosts: Python >= 3.10), listed once in tests/host_side_files.txt
+# (globs; `#` comment lines), which tests/unit/test_py310.py reads too.
+HASH := \#
+HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '^[[:space:]]*$$' tests/host_side_files.txt)))
+# vermin: fail on anything that needs a Python newer than 3.10 (-t=3.10- --violations).
+# Annotations are not evaluated (every host file has `from __future__ import annotations`), hence
+# --no-eval-annotations; no --backport: hosts have the stdlib only (plus aiohttp in the engine
+# venv), so a backport package would not be there; default features (its PEP 701 f-string check
+# works on Python >= 3.12 only; on 3.11 such files do not parse, which test_py310 catches).
+# --no-config-file: these flags alone decide. `# novm` comments still exempt a version-guarded line.
+VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup lint unit integration molecule build test test-newcore demo clean stop
+.PHONY: help setup lint unit integration molecule build sanity sanity-newcore test test-newcore demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
 	@echo "make demo         deploy mtp_hicache locally (embedded engine), status, throughput sweep + report"
-	@echo "make test         setup + lint + unit + integration + molecule + collection build"
-	@echo "make lint         ansible-lint (production profile) + ruff"
+	@echo "make test         setup + lint + unit + integration + molecule + collection build + sanity"
+	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
+	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules and plugins/filter)"
+	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
 	@echo "make stop         stop everything the demo started"
 
 $(STAMP): $(REQS)
@@ -38,6 +51,7 @@ setup: $(STAMP)
 
 lint: setup
 	$(BIN)/ruff check plugins tests tools
+	$(BIN)/$(VERMIN) $(HOST_SIDE_PY)
 	$(BIN)/ansible-lint --profile production --offline playbooks roles molecule inventories
 
 unit: setup
@@ -54,14 +68,55 @@ build: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .
 	@ls -l build/llmops-sglang-*.tar.gz
 
+# ansible-test sanity. ansible-test wants the collection at .../ansible_collections/llmops/sglang/
+# (the checkout's collections/ link resolves back to the root), so it runs on a copy in
+# $(SANITY_ROOT): the working tree's tracked and untracked-but-not-ignored files (what
+# `ansible-galaxy collection build` ships, uncommitted edits included) less collections/ (the
+# link back to the root; the build leaves it out too). A fresh `git init` there is what makes
+# ansible-test list exactly those files: it takes its file list from the nearest .git up the
+# tree, and the checkout's own would show it nothing under the git-ignored build/.
+# ansible-test creates a venv per sanity test under ~/.ansible/test/venv (kept between runs) and
+# bootstraps pip in each with a get-pip script it downloads from a host outside the package
+# registries; tools/ansible_test_get_pip.py stands in for it (ensurepip, then pip from PyPI) when
+# no such script is cached.
+# Tests: all that ansible-test runs for a collection, on the venv's Python (3.11 here, 3.13 for
+# sanity-newcore: compile and import on 3.10 need a 3.10 interpreter, which this machine has not;
+# vermin and tests/unit/test_py310.py cover 3.10), except
+#   shellcheck  skipped by ansible-test itself where the shellcheck program is missing;
+#   pylint      on plugins/modules and plugins/filter only, the Ansible-facing shells: ansible-test's
+#               fixed pylint config bans `_` as a throwaway name, which module_utils, tests and
+#               tools use by convention (ruff lints all of them, `make lint`).
+# Ignores: tests/sanity/ignore-<core>.txt, each line with its reason. About 40 s with warm venvs
+# on 2 cores; the first run also installs each test's requirements from PyPI (about 1.5 min).
+SANITY_ROOT := build/sanity-$(subst .,,$(notdir $(VENV)))
+SANITY_DIR := $(SANITY_ROOT)/ansible_collections/llmops/sglang
+
+sanity: setup
+	rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_DIR)
+	git ls-files -z --cached --others --exclude-standard | grep -z -v '^collections/' \
+	  | tar --null --no-recursion --ignore-failed-read -T - -cf - | tar -xf - -C $(SANITY_DIR)
+	cd $(SANITY_DIR) && git init -q
+	pip=$$($(PY) -c 'import sys, types; from ansible_test._internal.python_requirements import get_venv_packages as g; print(g(types.SimpleNamespace(version="%d.%d" % sys.version_info[:2]))["pip"])'); \
+	  cache="$$HOME/.ansible/test/cache/get_pip_$${pip//./_}.py"; \
+	  test -s "$$cache" || install -D -m 644 tools/ansible_test_get_pip.py "$$cache"
+	py=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); cd $(SANITY_DIR) && \
+	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --skip-test pylint && \
+	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --test pylint plugins/modules/ plugins/filter/
+
 # The newest ansible-core on a newer Python (skipped, and said so, where none is installed).
 test-newcore:
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP test-newcore: no Python >= 3.12 found"; exit 0; fi; \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) setup && \
 	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q tests/unit && \
-	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q tests/integration -k "check_mode or systemd or fqcn or bad_profile"
+	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q tests/integration -k "check_mode or systemd or fqcn or bad_profile" && \
+	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
 
-test: setup lint unit integration molecule build test-newcore
+# Sanity alone with the newest ansible-core (test-newcore runs it last).
+sanity-newcore:
+	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP sanity-newcore: no Python >= 3.12 found"; exit 0; fi; \
+	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
+
+test: setup lint unit integration molecule build sanity test-newcore
 	@echo "make test: all stages passed"
 
 demo: setup

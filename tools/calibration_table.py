@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """Print the embedded engine's calibration table (predicted vs measured) as Markdown.

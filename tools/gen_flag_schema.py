@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Generate data/flag_schemas/sglang-<release>.json from a real SGLang release.
 
 The schema is read from the release's own argument parser: this script builds

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Regenerate the variables section of each role's README from meta/argument_specs.yml.
 
     .venv/bin/python tools/gen_role_readme.py          # rewrite

@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -197,7 +197,7 @@ def start_epoch(starttime: int, proc: Path = PROC) -> float:
 
 
 def iso_utc(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
 
 
 # --------------------------------------------------------------------------------------------

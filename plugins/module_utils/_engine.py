@@ -143,7 +143,8 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ('spec_accept_length', 'gauge', 'Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).'),
     ('spec_accept_rate', 'gauge', 'Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).'),
     ('spec_cap_length', 'gauge', 'Mean DSpark confidence-scheduled verify window per verify step, incl the bonus slot (0 when no cap is scheduled).'),
-    ('spec_block_accept_length', 'gauge', 'Mean uncapped full-block accept length per verify step (accept + cap-trimmed drafts; exact only in DSpark cap-accept mode).'),
+    ('spec_block_accept_length', 'gauge',
+     'Mean uncapped full-block accept length per verify step (accept + cap-trimmed drafts; exact only in DSpark cap-accept mode).'),
     ('spec_num_steps', 'gauge', 'Currently active speculative_num_steps.'),
     ('spec_num_draft_tokens', 'gauge', 'Currently active speculative_num_draft_tokens (decouples from steps under topk>1).'),
     ('num_prefill_bootstrap_queue_reqs', 'gauge', 'The number of requests in the prefill bootstrap queue.'),
@@ -1228,7 +1229,8 @@ class Engine:
             max_tokens, stream, _ignore_eos, n = self._openai_common(body, errors, 16)
             if errors:
                 raise _ValidationError(errors)
-            assert prompts is not None
+            if prompts is None:  # validated above; narrows the type
+                raise AssertionError("prompts")
             prompts = [p for p in prompts for _ in range(max(1, n))]
             if max_tokens < 0:
                 max_tokens = max(1, self.context_len - max(t for t, _ in prompts))
@@ -1287,7 +1289,8 @@ class Engine:
             max_tokens, stream, ignore_eos, n = self._openai_common(body, errors, None)
             if errors:
                 raise _ValidationError(errors)
-            assert isinstance(messages, list)
+            if not isinstance(messages, list):  # validated above; narrows the type
+                raise AssertionError("messages")
             prompts = [_chat_prompt(messages)] * max(1, n)
             eos_at: int | None = None
             if max_tokens < 0:

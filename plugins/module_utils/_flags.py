@@ -433,7 +433,8 @@ def build_parser(release: str, prog: str = "launch_server.py") -> argparse.Argum
 @lru_cache(maxsize=16)
 def _raising_parser(folder: str, release: str) -> argparse.ArgumentParser:
     parser = _make_parser(_RaisingParser, release, "launch_server.py")
-    assert isinstance(parser, _RaisingParser)
+    if not isinstance(parser, _RaisingParser):
+        raise AssertionError(type(parser))
     parser.flag_release = release
     return parser
 

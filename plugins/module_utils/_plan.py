@@ -442,7 +442,8 @@ def _normalize_extra_args(extra_args: Mapping[str, Any] | list[Any] | None) -> l
                 raise PlanError(f"extra_args must start with a flag (--name), not {token!r}")
             else:
                 values = pairs[-1][1]
-                assert values is not None
+                if values is None:
+                    raise AssertionError("extra_args")
                 values.append(token)
         return pairs
     raise PlanError(f"extra_args must be a list of argv words or a dict of flag: value, not "
@@ -617,7 +618,8 @@ def instance_plan(
     # Ports: HTTP base_port + i, NCCL nccl_port_base + i; no overlap, all valid.
     base = _int_or_none(base_port, "base_port") or 0
     nccl_base = _int_or_none(nccl_port_base, "nccl_port_base") if nccl_port_base is not None else base + 1000
-    assert nccl_base is not None
+    if nccl_base is None:
+        raise AssertionError("nccl_port_base")
     http_ports = {base + i for i in range(count)}
     nccl_ports = {nccl_base + i for i in range(count)}
     if min(http_ports | nccl_ports) < 1 or max(http_ports | nccl_ports) > 65535:

@@ -32,7 +32,7 @@ description:
     they are stopped by O(state=stopped) and before a new start.
   - Linux only (reads C(/proc)).
 author:
-  - llmops.sglang developers
+  - llmops.sglang developers (@llmops)
 options:
   name:
     description: Name of the service, used in messages and as the environment marker.
@@ -115,8 +115,10 @@ options:
     default: 50
 attributes:
   check_mode:
+    description: Can run in check mode and predict its changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed, or would change, in diff mode.
     support: none
 notes:
   - Where systemd is PID 1, prefer a systemd unit with C(KillMode=control-group).

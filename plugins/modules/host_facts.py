@@ -4,30 +4,6 @@
 """Ansible module llmops.sglang.host_facts: a thin shell over module_utils/_hostfacts.py."""
 from __future__ import annotations
 
-import os
-import platform
-import socket
-import sys
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import (
-    APPS_QUERY_FIELDS,
-    GPU_OPTIONAL_FIELDS,
-    GPU_QUERY_FIELDS,
-    HostFactsError,
-    HostInputs,
-    build_facts,
-    read_cgroup_memory,
-    read_cpu_count,
-    read_meminfo_text,
-    read_numa_nodes,
-    read_nvml,
-    read_service_manager,
-)
-from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
-
 DOCUMENTATION = r"""
 ---
 module: host_facts
@@ -43,7 +19,7 @@ description:
   - When the host has C(nvidia-smi), its GPUs win over O(declared_gpus) unless
     O(prefer_declared) is set. When it has neither, the module fails unless O(require_gpus=false).
 author:
-  - llmops.sglang developers
+  - llmops.sglang developers (@llmops)
 options:
   declared_gpus:
     description:
@@ -365,6 +341,30 @@ ansible_facts:
                 running: {description: Whether any of its processes is alive., type: bool}
                 backend: {description: How its processes were found (process or systemd); null when none runs., type: str}
 """
+
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import (
+    APPS_QUERY_FIELDS,
+    GPU_OPTIONAL_FIELDS,
+    GPU_QUERY_FIELDS,
+    HostFactsError,
+    HostInputs,
+    build_facts,
+    read_cgroup_memory,
+    read_cpu_count,
+    read_meminfo_text,
+    read_numa_nodes,
+    read_nvml,
+    read_service_manager,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
 
 ENV = {"LC_ALL": "C", "LANG": "C"}
 

@@ -35,9 +35,10 @@ options:
     type: float
     default: 10
 author:
-  - llmops.sglang contributors
+  - llmops.sglang contributors (@llmops)
 attributes:
   check_mode:
+    description: Can run in check mode and predict its changed status without changing the target.
     support: full
 """
 
@@ -85,7 +86,7 @@ instances:
     url: {description: Base URL for clients on this host., type: str}
     up: {description: C(/health) answered 200., type: bool}
     health: {description: HTTP status of C(/health) (0 = no answer)., type: int}
-    process: {description: C(running), C(dead) or C(unknown) from the pid file., type: str}
+    process: {description: "C(running), C(dead) or C(unknown) from the pid file.", type: str}
     pid: {description: The pid recorded in the manifest., type: int}
     version: {description: SGLang version from server info., type: str}
     max_running_requests: {description: Effective limit from server info., type: int}

@@ -25,7 +25,7 @@ description:
     warning is returned.
   - See C(docs/reports.md) for the column definitions.
 author:
-  - llmops.sglang developers
+  - llmops.sglang developers (@llmops)
 options:
   results:
     description:
@@ -63,9 +63,11 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check mode and predict its changed status without changing the target.
     support: full
     details: In check mode nothing is written; RV(files) lists the data files that would be.
   diff_mode:
+    description: Returns details on what changed, or would change, in diff mode.
     support: none
 notes:
   - The module reads no files on managed hosts; it only writes under O(dest) on the host it
@@ -198,7 +200,7 @@ def main() -> None:
         module.fail_json(msg=f"bad results: {exc}")
 
     if module.check_mode:
-        _, table = render_markdown(items, params["title"])
+        table = render_markdown(items, params["title"])[1]
         latest = os.path.join(params["dest"], "latest") if params["latest_link"] else None
         module.exit_json(changed=True, dir=out_dir, files=plan_files(results, out_dir), plots=[],
                          table=table, latest=latest, report_warnings=[])

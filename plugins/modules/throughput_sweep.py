@@ -4,20 +4,6 @@
 """Ansible module llmops.sglang.throughput_sweep: a thin shell over module_utils/_sweep.py."""
 from __future__ import annotations
 
-import sys
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (
-    DEFAULT_CONCURRENCY,
-    HAS_AIOHTTP,
-    SweepError,
-    SweepOptions,
-    missing_aiohttp_message,
-    run_sweep,
-)
-
 DOCUMENTATION = r"""
 ---
 module: throughput_sweep
@@ -47,7 +33,7 @@ description:
   - Sends requests but changes nothing; always C(changed=false). In check mode nothing is sent.
   - See C(docs/sweep.md) for every definition.
 author:
-  - llmops.sglang developers
+  - llmops.sglang developers (@llmops)
 requirements:
   - aiohttp (3.8 or later) for the Python that runs the module
 options:
@@ -160,11 +146,14 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check mode and predict its changed status without changing the target.
     support: full
     details: In check mode no request is sent; the result is C(skipped=true) without facts.
   diff_mode:
+    description: Returns details on what changed, or would change, in diff mode.
     support: none
   facts:
+    description: Returns an C(ansible_facts) dictionary that updates the host's facts.
     support: full
 notes:
   - The module runs as long as the sweep does (bounded by O(sweep_timeout)); use C(async) with a
@@ -254,7 +243,8 @@ ansible_facts:
               type: int
               sample: 4
             avg_spec_accept_length_before:
-              description: C(internal_states[0].avg_spec_accept_length) before the sweep (null without speculative decoding or before its first verify step).
+              description: C(internal_states[0].avg_spec_accept_length) before the sweep (null
+                without speculative decoding or before its first verify step).
               type: float
               sample: null
             avg_spec_accept_length_after:
@@ -262,7 +252,8 @@ ansible_facts:
               type: float
               sample: 3.21
             server_info_path:
-              description: The endpoint that answered, C(/server_info) or C(/get_server_info); null if none did.
+              description: The endpoint that answered, C(/server_info) or C(/get_server_info); null
+                if none did.
               type: str
               sample: /server_info
             time_scale:
@@ -329,7 +320,8 @@ ansible_facts:
               type: list
               elements: str
             output_tokens:
-              description: Server-counted output tokens of completed responses (ok and short); failed requests add 0.
+              description: Server-counted output tokens of completed responses (ok and short);
+                failed requests add 0.
               type: int
             avg_output_tokens:
               description: output_tokens / completed responses.
@@ -354,7 +346,8 @@ ansible_facts:
               description: ok / duration_s.
               type: float
             ttft_ms:
-              description: Time to first token of the ok requests, C(mean), C(p50), C(p90), C(p99) in ms (percentiles by linear interpolation of the raw samples).
+              description: Time to first token of the ok requests, C(mean), C(p50), C(p90), C(p99)
+                in ms (percentiles by linear interpolation of the raw samples).
               type: dict
             itl_ms:
               description: Inter-token latency per token over all tokens of the ok requests (a chunk's gap spread over the tokens it added), same keys.
@@ -385,10 +378,13 @@ ansible_facts:
               description: (this tok/s / previous level's - 1) / log2(this C / previous C); null for the first level.
               type: float
             server_after:
-              description: Server snapshot after the level (C(ok), C(version), C(max_running_requests), C(avg_spec_accept_length), C(last_gen_throughput), C(at)).
+              description: Server snapshot after the level (C(ok), C(version),
+                C(max_running_requests), C(avg_spec_accept_length), C(last_gen_throughput), C(at)).
               type: dict
         peak:
-          description: The level with the highest output_tok_s among usable levels (C(concurrency), C(output_tok_s), C(client_limited) true only if every level was client-limited); null when nothing succeeded.
+          description: The level with the highest output_tok_s among usable levels (C(concurrency),
+            C(output_tok_s), C(client_limited) true only if every level was client-limited); null
+            when nothing succeeded.
           type: dict
           sample: {concurrency: 48, output_tok_s: 409.0, client_limited: false}
         knee:
@@ -428,6 +424,20 @@ msg:
   sample: "6 levels, peak 409.0 tok/s at C=48, knee C=8"
 """
 
+import sys
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (
+    DEFAULT_CONCURRENCY,
+    HAS_AIOHTTP,
+    SweepError,
+    SweepOptions,
+    missing_aiohttp_message,
+    run_sweep,
+)
+
 
 def _summary(facts: dict[str, Any]) -> str:
     peak = facts.get("peak")
@@ -450,7 +460,7 @@ def main() -> None:
             "concurrency": {"type": "list", "elements": "int", "default": list(DEFAULT_CONCURRENCY)},
             "requests": {"type": "int"},
             "duration": {"type": "float"},
-            "max_tokens": {"type": "int", "default": 1024},
+            "max_tokens": {"type": "int", "default": 1024, "no_log": False},
             "temperature": {"type": "float", "default": 0.6},
             "top_p": {"type": "float", "default": 0.95},
             "ignore_eos": {"type": "bool", "default": True},

@@ -58,9 +58,10 @@ options:
     type: int
     default: 50
 author:
-  - llmops.sglang contributors
+  - llmops.sglang contributors (@llmops)
 attributes:
   check_mode:
+    description: Can run in check mode and predict its changed status without changing the target.
     support: full
     details: In check mode nothing is polled.
 """

@@ -57,7 +57,7 @@ def test_compare_then_bench_writes_reports_and_cached_facts(deployment: Deployme
 
     # the async path (instances of a host swept at the same time) and a controller-side client
     par = deployment.play("bench.yml", **dict(extra, sglang_bench_concurrency=[1], sglang_bench_run_id="par",
-                                             sglang_bench_parallel_instances=True, sglang_bench_run_on="controller"))
+                                              sglang_bench_parallel_instances=True, sglang_bench_run_on="controller"))
     assert par.rc == 0, par.out[-4000:]
     assert par.recap["localhost"]["changed"] == 1  # the report only; sweeps change nothing
     assert (reports / "par" / "localhost_gpu0_mtp.json").exists()

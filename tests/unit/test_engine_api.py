@@ -38,7 +38,7 @@ def _free_port() -> int:
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(ROOT / "collections")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                            if p]
+                                           if p]
     env.update({
         "PYTHONPATH": os.pathsep.join(paths),
         "LLMOPS_SGLANG_RELEASE": RELEASE,
@@ -328,7 +328,7 @@ def test_generate_non_stream(dense: Server, hybrid: Server, rec: Path) -> None:
     for server, folder in ((dense, "dense"), (hybrid, "hybrid")):
         recorded = json.loads((rec / folder / "generate.json").read_text())
         prompt = {"text": "The capital of France", "sampling_params": {"max_new_tokens": 24,
-                                                                      "ignore_eos": True}}
+                                                                       "ignore_eos": True}}
         server.post("/generate", prompt)  # the second one hits the prefix cache (dense)
         status, _, body = server.post("/generate", prompt)
         assert status == 200

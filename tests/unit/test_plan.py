@@ -327,7 +327,7 @@ def test_every_profile_release_and_model_validates(
 
 
 def test_model_detection(configs: dict[str, Any]) -> None:
-    assert _plan.model_kind(configs["hybrid"]) ["hybrid"] is True
+    assert _plan.model_kind(configs["hybrid"])["hybrid"] is True
     assert _plan.model_kind(configs["hybrid"])["has_mtp"] is True
     assert _plan.model_kind(configs["dense"])["hybrid"] is False
     assert _plan.model_kind(None, "hybrid")["source"] == "declared"

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Phase breakdown of the deploy runs of tools/bench/deploy_bench.sh (task_timer JSON).
 
     .venv/bin/python tools/bench/deploy_breakdown.py [/tmp/llmops-perf/deploy-results]

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Modelled start-up of each embedded-engine instance of a deployment, and its measured L.
 
     .venv/bin/python tools/bench/modelled_startup.py /tmp/llmops-perf/deploy4

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Run SGLang 0.5.17's own client (python -m sglang.bench_serving) without torch.
 
     /tmp/sgbench/bin/python tools/bench/run_bench_serving.py [bench_serving args...]

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Run the throughput_sweep logic (plugins/module_utils/_sweep.py run_sweep) from the shell.
 
     .venv/bin/python tools/bench/sweep_cli.py URL --concurrency 64 [--requests N] \

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """A zero-delay SGLang-shaped streaming server, to measure the ceiling of a benchmark client.
 
     python tools/bench/zero_server.py --port 34500 [--chunk-tokens 1]

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Packs what tools/gpu/run_collection.sh needs beside .realsg/site312.tar.xz into .gpu/ (git-ignored
 # through .git/info/exclude), small enough that one device call carries both (64 MiB in all):
 #   .gpu/ansible-core-2.19.14-noarch.tar.xz  ansible-core 2.19.14 + resolvelib + packaging, pure

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Compare a real-GPU run of tools/gpu/run_collection.sh with the embedded engine's model.
 
 For every instance in the run's deployment manifests, the embedded engine's performance model

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Drives the REAL SGLang 0.5.17 with the collection's own playbooks on a 2x H200 machine:
 # host_facts -> deploy.yml --tags plan -> deploy.yml -> status.yml -> bench.yml -> deploy.yml
 # again (idempotence) -> stop.yml, recording everything under $OUT. See docs/gpu-runs.md.
