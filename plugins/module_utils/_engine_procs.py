@@ -283,7 +283,8 @@ def _start(title: str, program: str, env: dict[str, str]) -> subprocess.Popen[by
     """Start ``program`` under a Python whose whole argv is ``[title]`` (so /proc/<pid>/cmdline
     reads the title and nothing else); same session, process group, fds 1-2 and environment."""
     proc = subprocess.Popen([title], executable=sys.executable, stdin=subprocess.PIPE, env=env)
-    assert proc.stdin is not None
+    if proc.stdin is None:  # stdin=PIPE always gives one
+        raise AssertionError("no stdin pipe to the child")
     try:
         proc.stdin.write(program.encode())
         proc.stdin.close()

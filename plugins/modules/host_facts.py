@@ -335,11 +335,24 @@ ansible_facts:
               type: list
               elements: dict
               contains:
-                name: {description: Instance name., type: str, sample: gpu0}
-                pids: {description: Its live processes (leader, scheduler, detokenizer)., type: list, elements: int}
-                gpus: {description: GPU indices from its env file (CUDA_VISIBLE_DEVICES)., type: list, elements: int}
-                running: {description: Whether any of its processes is alive., type: bool}
-                backend: {description: How its processes were found (process or systemd); null when none runs., type: str}
+                name:
+                  description: Instance name.
+                  type: str
+                  sample: gpu0
+                pids:
+                  description: Its live processes (the leader, the scheduler and detokenizer children).
+                  type: list
+                  elements: int
+                gpus:
+                  description: GPU indices from its env file (C(CUDA_VISIBLE_DEVICES)).
+                  type: list
+                  elements: int
+                running:
+                  description: Whether any of its processes is alive.
+                  type: bool
+                backend:
+                  description: How its processes were found (V(process) or V(systemd)); null when none runs.
+                  type: str
 """
 
 import os

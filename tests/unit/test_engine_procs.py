@@ -43,8 +43,7 @@ def _free_port() -> int:
 
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(ROOT / "collections")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                            if p]
+    paths = [str(ROOT / "collections")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env.update({
         "PYTHONPATH": os.pathsep.join(paths),
         "LLMOPS_SGLANG_RELEASE": "0.5.17",
