@@ -1,7 +1,7 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """Filters ``llmops.sglang.hicache_plan`` and ``llmops.sglang.instance_plan``: thin shells over
-``plugins/module_utils/_plan.py`` (documented in the sidecar files hicache_plan.yml and
+``plugins/plugin_utils/_plan`` (documented in the sidecar files hicache_plan.yml and
 instance_plan.yml beside this one)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.sglang.plugins.module_utils._plan import (
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     hicache_plan,
     instance_plan,
     validate_plan,
@@ -32,7 +32,7 @@ def hicache_plan_filter(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, An
     """``sglang_host | llmops.sglang.hicache_plan(release=..., instances=..., ...)``."""
     try:
         return hicache_plan(_plain(facts), **_plain(kwargs))
-    except ValueError as exc:  # PlanError and bad values
+    except ValueError as exc:  # PlanError, UnknownReleaseError and bad values
         raise AnsibleFilterError(str(exc)) from None
     except TypeError as exc:
         raise AnsibleFilterError(f"llmops.sglang.hicache_plan: bad arguments: {exc}") from None

@@ -12,7 +12,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _deploy, _lay
 
 
 def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
-    from ansible_collections.llmops.sglang.plugins.module_utils._plan import pin_seconds
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import pin_seconds
 
     none = _deploy.ready_timeout(engine="sglang", pin_seconds=0)
     # 150 GB pinned: the plan's estimate (10 s + 150 GB / 1.2 GB/s = 135 s), with a 1.5x margin

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/_plan.py (HiCache sizing, profiles, instance plan) and the
+"""Unit tests for plugins/plugin_utils/_plan (HiCache sizing, profiles, instance plan) and the
 filters over it, on the recorded hosts in tests/fixtures."""
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _plan
-from ansible_collections.llmops.sglang.plugins.module_utils._plan import (
+from ansible_collections.llmops.sglang.plugins.module_utils import _paths
+from ansible_collections.llmops.sglang.plugins.module_utils._models import ModelKindError, model_kind
+from ansible_collections.llmops.sglang.plugins.module_utils._releases import load_releases
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     GB,
     GIB,
     PlanError,
     hicache_plan,
     instance_plan,
     load_profiles,
-    load_releases,
     resolve_profile,
     validate_plan,
 )
@@ -107,7 +108,7 @@ def _flags_module() -> Any:
 
 def _releases() -> list[str]:
     """Releases with traits and a flag schema."""
-    schemas = Path(_plan._paths.data_dir()) / "flag_schemas"
+    schemas = Path(_paths.data_dir()) / "flag_schemas"
     return sorted(r for r in load_releases() if (schemas / f"sglang-{r}.json").is_file())
 
 
@@ -327,12 +328,14 @@ def test_every_profile_release_and_model_validates(
 
 
 def test_model_detection(configs: dict[str, Any]) -> None:
-    assert _plan.model_kind(configs["hybrid"])["hybrid"] is True
-    assert _plan.model_kind(configs["hybrid"])["has_mtp"] is True
-    assert _plan.model_kind(configs["dense"])["hybrid"] is False
-    assert _plan.model_kind(None, "hybrid")["source"] == "declared"
-    with pytest.raises(PlanError, match="model_arch"):
-        _plan.model_kind(None, None)
+    assert model_kind(configs["hybrid"])["hybrid"] is True
+    assert model_kind(configs["hybrid"])["has_mtp"] is True
+    assert model_kind(configs["dense"])["hybrid"] is False
+    assert model_kind(None, "hybrid")["source"] == "declared"
+    with pytest.raises(ModelKindError, match="model_arch"):
+        model_kind(None, None)
+    with pytest.raises(PlanError, match="model_arch"):  # through the plan: a PlanError
+        instance_plan({"gpus": [{"index": 0}], "memory": {}}, profile="baseline", model_path="/m")
 
 
 def test_dense_spec_needs_a_draft_model(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
@@ -554,3 +557,45 @@ def test_validate_plan_collects_every_problem(monkeypatch: pytest.MonkeyPatch, h
         f"  - instance {name}: --mem-fraction-statik: unrecognized argument (closest valid flag: --mem-fraction-static)"
         for name in ("gpu0", "gpu1")
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The request: sentinels in every form they arrive in, every problem at once
+
+
+@pytest.mark.parametrize("zero", [0, "0", "", None, " 0 "])
+def test_automatic_sentinels_from_yaml_json_and_extra_vars(h200x2_facts: dict[str, Any], configs: dict[str, Any],
+                                                          zero: Any) -> None:
+    """-e sglang_max_running_requests=0 arrives as the string "0": it must mean "from the
+    profile", as 0 does from YAML and JSON; the same for the HiCache size and the NCCL base."""
+    auto = _plan_for(h200x2_facts, configs, "hybrid", base_port=30000)
+    plan = _plan_for(h200x2_facts, configs, "hybrid", base_port="30000", max_running_requests=zero,
+                     hicache_size_gb=zero, nccl_port_base=zero, gpus="" if zero == "" else [],
+                     served_model_name="" if zero else None, model_arch="", draft_model_path="")
+    assert [i["argv"] for i in plan["instances"]] == [i["argv"] for i in auto["instances"]]
+    assert _opt(plan["instances"][0]["argv"], "--max-running-requests") != "0"
+    assert plan["instances"][0]["nccl_port"] == 31000
+
+
+def test_extra_vars_strings_are_typed(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
+    plan = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", max_running_requests="12",
+                     gpus="1", tp_size="1", force_busy="false", hicache_fraction="0.5")
+    assert [i["name"] for i in plan["instances"]] == ["gpu1"]
+    assert _opt(plan["instances"][0]["argv"], "--max-running-requests") == "12"
+
+
+def test_every_bad_input_is_named_at_once(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
+    with pytest.raises(PlanError) as err:
+        _plan_for(h200x2_facts, configs, "hybrid", max_running_requests=-3, base_port="http", tp_size=0,
+                  hicache_fraction=1.5, force_busy="maybe", gpus=[0, 0], model_path="")
+    message = str(err.value)
+    assert message.startswith("7 problems with the deployment's variables:")
+    for expected in ("sglang_max_running_requests=-3: must be at least 1, or 0 for automatic",
+                     "sglang_base_port='http': must be an integer", "sglang_tp_size=0: must be at least 1",
+                     "sglang_hicache_fraction=1.5: must be in (0, 1]", "sglang_force_busy_gpus='maybe'",
+                     "sglang_gpus=[0, 0]: lists a GPU twice", "sglang_model_path='': required"):
+        assert expected in message, message
+    with pytest.raises(PlanError, match=r"^sglang_hicache_size_gb=2\.5: must be a whole number$"):
+        _plan_for(h200x2_facts, configs, "hybrid", hicache_size_gb=2.5)
+    with pytest.raises(PlanError, match="not a parameter of the plan"):
+        _plan_for(h200x2_facts, configs, "hybrid", max_running_request=3)

@@ -1,0 +1,269 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The instances of one host: one SGLang server per GPU (or per group of tp_size GPUs), each
+built by small functions (ports, argv, env, paths and URLs) from the checked request and the
+host's settings."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._models import ModelKindError, model_kind
+from ansible_collections.llmops.sglang.plugins.module_utils._releases import (
+    UnknownReleaseError,
+    release_traits,
+)
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import (
+    PlanError,
+    by_arch,
+    host_of,
+    render,
+)
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.gpus import gpu_groups
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import resolve_profile
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import PlanRequest
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings, host_settings
+
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+API_KEY_ENV = "SGLANG_API_KEY"
+
+Argv = list[tuple[str, list[str]]]
+
+
+@dataclass
+class Instance:
+    """One SGLang server of the plan (``to_dict`` is what the filter returns)."""
+
+    name: str
+    index: int
+    gpu_ids: list[int]
+    gpu_names: list[str]
+    gpu_uuids: list[str]
+    cuda_visible_devices: str
+    port: int
+    nccl_port: int
+    connect_url: str
+    advertise_url: str | None
+    paths: dict[str, str]
+    unit: str
+    service: str
+    tp_size: int
+    argv: list[str]
+    env: dict[str, str]
+    secret_args_from_env: dict[str, str]
+    settings: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# argv helpers
+
+
+def set_flag(argv: Argv, flag: str, values: list[str] | None) -> None:
+    """Replace a flag's values in place (or append it); None removes it."""
+    for position, (name, _) in enumerate(argv):
+        if name == flag:
+            if values is None:
+                del argv[position]
+            else:
+                argv[position] = (flag, values)
+            return
+    if values is not None:
+        argv.append((flag, values))
+
+
+def get_flag(argv: Argv, flag: str) -> list[str] | None:
+    return next((values for name, values in argv if name == flag), None)
+
+
+def flatten(argv: Argv) -> list[str]:
+    flat: list[str] = []
+    for flag, values in argv:
+        flat.append(flag)
+        flat.extend(values)
+    return flat
+
+
+# --------------------------------------------------------------------------------------------
+# builders
+
+
+def ports(req: PlanRequest, count: int) -> list[tuple[int, int]]:
+    """(HTTP, NCCL) port of each instance: base + i and nccl base + i, valid and disjoint."""
+    http = [req.base_port + i for i in range(count)]
+    nccl = [req.nccl_base + i for i in range(count)]
+    if min(http + nccl) < 1 or max(http + nccl) > 65535:
+        raise PlanError(f"ports out of range: HTTP {http[0]}..{http[-1]}, NCCL {nccl[0]}..{nccl[-1]} "
+                        "(sglang_base_port, sglang_nccl_port_base)")
+    if set(http) & set(nccl):
+        raise PlanError(f"NCCL ports {nccl[0]}..{nccl[-1]} overlap HTTP ports {http[0]}..{http[-1]}: choose "
+                        "another sglang_nccl_port_base")
+    return list(zip(http, nccl, strict=True))
+
+
+def base_argv(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, port: int, nccl_port: int) -> Argv:
+    """The flags the plan renders before the user's extra_args."""
+    argv: Argv = [("--model-path", [req.model_path])]
+    if req.served_model_name:
+        argv.append(("--served-model-name", [req.served_model_name]))
+    argv += [("--host", [req.host_address]), ("--port", [str(port)]), ("--nccl-port", [str(nccl_port)])]
+    if req.tp_size > 1:
+        argv.append(("--tp-size", [str(req.tp_size)]))
+    if prof.get("mem_fraction_static") is not None:
+        argv.append(("--mem-fraction-static", [render(by_arch(prof["mem_fraction_static"], st.arch))]))
+    if st.max_running_requests is not None:
+        argv.append(("--max-running-requests", [str(st.max_running_requests)]))
+    if st.cuda_graph_max_bs is not None:
+        argv.append((st.cuda_graph_flag, [str(st.cuda_graph_max_bs)]))
+    if by_arch(prof.get("metrics"), st.arch):
+        argv.append(("--enable-metrics", []))
+    if st.spec:
+        argv += [
+            ("--speculative-algorithm", [st.spec["algorithm"]]),
+            ("--speculative-num-steps", [str(st.spec["steps"])]),
+            ("--speculative-eagle-topk", [str(st.spec["topk"])]),
+            ("--speculative-num-draft-tokens", [str(st.spec["draft_tokens"])]),
+        ]
+        if req.draft_model_path:
+            argv.append(("--speculative-draft-model-path", [req.draft_model_path]))
+    if st.mamba_strategy is not None:
+        argv.append((st.mamba_flag, [st.mamba_strategy]))
+    if st.hicache_flags.get("enabled"):
+        argv.append(("--enable-hierarchical-cache", []))
+        if st.hicache is not None:
+            argv.append(("--hicache-size", [str(st.hicache["size_gb"])]))
+        else:
+            argv.append(("--hicache-ratio", [render(st.hicache_flags["ratio"])]))
+        for key, flag in (("write_policy", "--hicache-write-policy"), ("io_backend", "--hicache-io-backend"),
+                          ("mem_layout", "--hicache-mem-layout")):
+            if st.hicache_flags.get(key) is not None:
+                argv.append((flag, [str(st.hicache_flags[key])]))
+    return argv
+
+
+def apply_extra_args(argv: Argv, st: HostSettings, warnings: list[str], first: bool) -> None:
+    """The user's extra_args over the plan's flags, then the CUDA-graph maximum kept at or above
+    the final max running requests (unless the user set it: then a warning)."""
+    for flag, values in st.extra_args:
+        set_flag(argv, flag, values)
+    user_cuda_graph = any(f == st.cuda_graph_flag and v is not None for f, v in st.extra_args)
+    final_mrr = get_flag(argv, "--max-running-requests")
+    final_cg = get_flag(argv, st.cuda_graph_flag)
+    if not (final_mrr and final_mrr[0].isdigit()):
+        return
+    too_small = not final_cg or not final_cg[0].isdigit() or int(final_cg[0]) < int(final_mrr[0])
+    if not user_cuda_graph and too_small:
+        set_flag(argv, st.cuda_graph_flag, [final_mrr[0]])
+    elif user_cuda_graph and final_cg and final_cg[0].isdigit() and int(final_cg[0]) < int(final_mrr[0]) and first:
+        warnings.append(f"extra_args set {st.cuda_graph_flag} {final_cg[0]} below --max-running-requests "
+                        f"{final_mrr[0]}: larger batches run without CUDA graphs (much slower)")
+
+
+def environment(gpu_ids: list[int], argv: Argv, st: HostSettings, traits: Mapping[str, Any]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES in nvidia-smi's order, and SGLANG_ENABLE_SPEC_V2 where the release needs it."""
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if (traits.get("spec_v2_env") == "required_for_hybrid_extra_buffer" and st.hybrid and st.spec
+            and get_flag(argv, st.mamba_flag) == ["extra_buffer"]):
+        env[SPEC_V2_ENV] = "1"
+    return env
+
+
+def effective_settings(argv: Argv, st: HostSettings) -> dict[str, Any]:
+    mrr = get_flag(argv, "--max-running-requests")
+    cg = get_flag(argv, st.cuda_graph_flag)
+    strategy = get_flag(argv, st.mamba_flag)
+    return {
+        "max_running_requests": int(mrr[0]) if mrr and mrr[0].isdigit() else None,
+        "cuda_graph_flag": st.cuda_graph_flag,
+        "cuda_graph_max_bs": int(cg[0]) if cg and cg[0].isdigit() else None,
+        "mamba_strategy_flag": st.mamba_flag if st.hybrid else None,
+        "mamba_strategy": strategy[0] if strategy else None,
+        "speculative": copy.deepcopy(st.spec),
+        "hicache_size_gb": st.hicache["size_gb"] if st.hicache else None,
+        "pinned_host_bytes": st.hicache["pinned_per_instance_bytes"] if st.hicache else 0,
+    }
+
+
+def build_instance(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, traits: Mapping[str, Any],
+                   index: int, group: list[dict[str, Any]], port: int, nccl_port: int,
+                   warnings: list[str]) -> Instance:
+    gpu_ids = [int(gpu["index"]) for gpu in group]
+    name = "gpu" + "-".join(map(str, gpu_ids))
+    argv = base_argv(req, prof, st, port, nccl_port)
+    apply_extra_args(argv, st, warnings, first=index == 0)
+    env = environment(gpu_ids, argv, st, traits)
+    return Instance(
+        name=name,
+        index=index,
+        gpu_ids=gpu_ids,
+        gpu_names=[str(gpu.get("name") or "") for gpu in group],
+        gpu_uuids=[str(gpu.get("uuid") or "") for gpu in group],
+        cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"],
+        port=port,
+        nccl_port=nccl_port,
+        connect_url=_layout.connect_url(req.host_address, port),
+        advertise_url=_layout.advertise_url(req.host_address, port, req.advertise_address),
+        paths=_layout.instance_paths(req.base_dir, name),
+        unit=_layout.unit_name(name),
+        service=_layout.service_name(name),
+        tp_size=req.tp_size,
+        argv=flatten(argv),
+        env=env,
+        secret_args_from_env={"--api-key": API_KEY_ENV} if req.api_key_env else {},
+        settings=effective_settings(argv, st),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the plan
+
+
+def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
+    """The instances to run on one host for a checked request (see ``instance_plan``)."""
+    host = host_of(facts)
+    try:
+        traits = release_traits(req.release)
+        model = model_kind(req.model_config, req.model_arch)
+    except (UnknownReleaseError, ModelKindError) as exc:
+        raise PlanError(str(exc)) from None
+    prof = resolve_profile(req.profile, req.user_profiles)
+    warnings: list[str] = []
+    if req.model_config and req.model_arch and req.model_arch != model["arch"]:
+        warnings.append(f"model_arch {req.model_arch!r} disagrees with config.json ({model['arch']}): using the config")
+    groups = gpu_groups(host, req.gpus, req.tp_size, req.force_busy, warnings)
+    port_pairs = ports(req, len(groups))
+    st = host_settings(req, host, prof, traits, model, len(groups), warnings)
+    instances = [build_instance(req, prof, st, traits, index, group, *port_pairs[index], warnings).to_dict()
+                 for index, group in enumerate(groups)]
+    return {
+        "release": req.release,
+        "profile": req.profile,
+        "profile_settings": {key: value for key, value in prof.items() if key != "name"},
+        "model": {"path": req.model_path, **model, "draft_model_path": req.draft_model_path},
+        "host_address": req.host_address,
+        "base_dir": req.base_dir,
+        "manifest_path": _layout.manifest_path(req.base_dir),
+        "engine_root": _layout.engine_root(req.base_dir),
+        "traits": traits,
+        "instances": instances,
+        "hicache": st.hicache,
+        "warnings": warnings,
+    }
+
+
+def instance_plan(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """The instances to run on one host: one per GPU (or per group of tp_size GPUs).
+
+    ``kwargs`` are the filter's parameters (``PlanRequest.from_kwargs`` checks them all at once).
+    Returns {release, profile, profile_settings, model, host_address, base_dir, manifest_path,
+    engine_root, traits, instances, hicache, warnings}; each instance is an ``Instance``
+    (name, index, gpu_ids, gpu_names, gpu_uuids, cuda_visible_devices, port, nccl_port,
+    connect_url, advertise_url, paths, unit, service, tp_size, argv starting with --model-path,
+    env, secret_args_from_env, settings). The argv is not validated here: see ``validate_plan``.
+    """
+    return plan_host(facts, PlanRequest.from_kwargs(**kwargs))
