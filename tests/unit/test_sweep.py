@@ -362,10 +362,12 @@ def test_http_500_stream_errors_and_short_outputs_are_counted(server: str) -> No
 def test_a_hung_server_ends_the_level_at_level_timeout(server: str) -> None:
     configure(server, hang=True, hang_s=30.0)
     began = time.monotonic()
+    # the levels' own time limits are under test here: no level warm-up (which would hang too,
+    # for its own level_timeout; see test_level_warmup_on_a_hung_server)
     facts = sw.run_sweep(
         sw.SweepOptions(
             url=server, concurrency=[1, 2], requests=4, warmup=0, max_tokens=10,
-            timeout=30.0, level_timeout=0.6, sweep_timeout=1.2,
+            timeout=30.0, level_timeout=0.6, sweep_timeout=1.2, level_warmup=False,
         )
     )
     elapsed = time.monotonic() - began
