@@ -659,7 +659,10 @@ def check_latency(point: dict[str, Any], scale: float, tolerance: float = LATENC
             mine = float(dist["mean"]) * to_ms
             if ref > 0 and abs(mine / ref - 1.0) > tolerance:
                 failed = list(present)
-                why.append(f"mean {_g(mine)} ms vs the model's {_g(ref)} ms")
+                why.append(
+                    f"mean {_g(mine)} ms vs the model's {_g(ref)} ms ({mine - ref:+.3g} ms, "
+                    f"{(mine - ref) * scale:+.3g} ms of wall time: loopback, HTTP and both event loops)"
+                )
             ranges = (server.get(range_key) if range_key else None) or {}
             for stat in present:
                 bounds = ranges.get(stat)
@@ -692,7 +695,7 @@ def check_latency(point: dict[str, Any], scale: float, tolerance: float = LATENC
                 f"{label} {', '.join(bad[key])}: " + "; ".join(why)
                 + f". At time scale {scale:g}, {_g(ref_ms)} ms of modelled time is {_g(ref_ms * scale)} ms of "
                 f"wall time, against the client's event-loop lag p99 of {lag_text} ms plus the engine's own "
-                "scheduling jitter: too short for the client to time"
+                "scheduling jitter: too short for the client to time at this scale"
             )
     point["latency_unmeasurable"] = bad
     point["latency_measurable"] = not bad
