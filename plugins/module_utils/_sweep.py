@@ -702,12 +702,6 @@ def check_latency(point: dict[str, Any], scale: float, tolerance: float = LATENC
     point["latency_check"] = {"method": methods, "tolerance": tolerance, "reasons": reasons}
 
 
-def unmeasurable(point: dict[str, Any], key: str, stat: str) -> bool:
-    """Whether ``point[key][stat]`` was found not measurable (check_latency)."""
-    marks = point.get("latency_unmeasurable")
-    return isinstance(marks, dict) and stat in (marks.get(key) or ())
-
-
 # ---------------------------------------------------------------------------------------------
 # Stream parsers (pure: fed the arrival time and the payload of each SSE ``data:`` line)
 # ---------------------------------------------------------------------------------------------

@@ -612,6 +612,8 @@ def test_level_warmup_runs_at_the_level_concurrency_and_is_not_counted(server: s
         sw.SweepOptions(url=server, concurrency=[2], requests=4, warmup=0, level_warmup=False, max_tokens=40)
     )
     assert _stats(server)["max_tokens_seen"] == {"40": 4} and facts["points"][0]["level_warmup"] is None
+    with pytest.raises(sw.SweepError, match="level_warmup_tokens"):
+        sw.SweepOptions(url=server, level_warmup_tokens=0).normalized()
 
 
 def test_failed_level_warmup_is_reported_not_counted(server: str) -> None:
