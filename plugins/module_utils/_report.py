@@ -350,7 +350,8 @@ def render_notes(sweep: dict[str, Any]) -> list[str]:
             )
         if short:
             parts.append("too short to check for drift: C=" + ", ".join(_fmt_count(p.get("concurrency")) for p in short))
-        notes.append("; ".join(parts)[:1].upper() + "; ".join(parts)[1:] + ".")
+        text = "; ".join(parts)
+        notes.append(text[0].upper() + text[1:] + ".")
     elif any(isinstance(p.get("drift"), dict) for p in points):
         notes.append("No drift within levels.")
     marked = [p for p in points if isinstance(p.get("latency_unmeasurable"), dict) and p["latency_unmeasurable"]]
