@@ -370,6 +370,9 @@ class _Req:
     internal: bool = False
     finish_reason: str = "length"
     matched_stop: int | None = None
+    # the latency histograms' clock (Engine.metric_clock): arrival and last token
+    m_submitted: float = 0.0
+    m_last_token: float | None = None
 
 
 def _piece(token_id: int) -> str:
@@ -500,6 +503,10 @@ class Engine:
         self.hist_queue = _Histogram(_QUEUE_BUCKETS)
         self.hist_stage = {"request_process": _Histogram(_STAGE_BUCKETS),
                            "prefill_forward": _Histogram(_STAGE_BUCKETS)}
+        # the step in flight: its scheduled loop-time start and the scheduler clock then
+        # (metric_clock interpolates between them)
+        self._step_wall0 = 0.0
+        self._step_model0 = 0.0
         self.cached_total = 0
         self.hicache_total = self._hicache_kv_tokens()
         self.hicache_used = 0
@@ -543,7 +550,7 @@ class Engine:
                        max_new=max(1, max_new), stream=stream, sink=sink,
                        rng=random.Random(int.from_bytes(digest[:8], "big")),
                        received_ts=now_wall, dispatch_ts=time.time(), submitted_at=loop_now,
-                       internal=internal)
+                       internal=internal, m_submitted=self.metric_clock(loop_now))
             self.reqs[rid] = req
             self.sched.submit(rid, max(1, tokens - cached), req.max_new)
             reqs.append(req)
@@ -576,6 +583,8 @@ class Engine:
             now = loop.time()
             if target is None or target < now - 0.05:
                 target = now
+            self._step_wall0 = target
+            self._step_model0 = self.sched.clock - float(res.dt)
             target += float(res.dt) * self.time_scale
             delay = target - loop.time()
             await asyncio.sleep(delay if delay > 0.0005 else 0)
@@ -584,10 +593,30 @@ class Engine:
     def _token(self, req: _Req) -> int:
         return req.rng.randrange(3, self.vocab_size)
 
+    def metric_clock(self, now: float) -> float:
+        """The clock of the latency histograms (TTFT, ITL, e2e, queue time, prefill stage).
+
+        At time scale 1 the event loop's time, like a real server. Time-scaled, the modelled GPU
+        time: the scheduler's virtual clock, inside the step in flight interpolated from the
+        step's scheduled start (never past the step's end), so a request that arrives during a
+        step is stamped where it arrived. The histograms then hold the engine's own model,
+        free of the event loop's jitter that wall-clock gaps divided by the scale would magnify.
+        """
+        if self.time_scale == 1.0:
+            return now
+        clock = float(self.sched.clock)
+        if self.time_scale <= 0:
+            return clock
+        return min(clock, self._step_model0 + max(0.0, now - self._step_wall0) / self.time_scale)
+
     def _dispatch(self, res: Any, now: float) -> None:
         finished = set(res.finished or [])
         first = set(res.first_token or [])
         dt_wall = float(res.dt) * self.time_scale
+        # histogram clock: a dispatched step ends exactly at the scheduler clock
+        scaled = self.time_scale != 1.0
+        mnow = float(self.sched.clock) if scaled else now
+        dt_metric = float(res.dt) if scaled else dt_wall
         new_seqs = [self.reqs[r] for r in first if r in self.reqs]
         decode_tokens = 0
         decode_seen = False
@@ -608,8 +637,8 @@ class Engine:
                     while len(req.accept_hist) <= accepted:
                         req.accept_hist.append(0)
                     req.accept_hist[accepted] += 1
-                if req.last_token_at is not None:
-                    gap = (now - req.last_token_at) / len(ids)
+                if req.m_last_token is not None:
+                    gap = (mnow - req.m_last_token) / len(ids)
                     for _ in ids:
                         self.hist_plain["inter_token_latency_seconds"].observe(gap)
             else:
@@ -617,19 +646,20 @@ class Engine:
                 req.prefill_finished_ts = time.time()
                 if not req.internal:
                     self._hist_stream("time_to_first_token_seconds", req.stream,
-                                      _TTFT_BUCKETS).observe(now - req.submitted_at)
+                                      _TTFT_BUCKETS).observe(mnow - req.m_submitted)
                 if len(ids) > 1:
                     decode_tokens += len(ids) - 1
             req.last_token_at = now
+            req.m_last_token = mnow
             req.output_ids.extend(ids)
             req.sink.put_nowait((req.index, ids, rid in finished))
         for req in new_seqs:
             if req.first_token_at is None:
                 req.first_token_at = now
             req.forward_entry_ts = req.forward_entry_ts or time.time()
-            self.hist_queue.observe(max(0.0, now - req.submitted_at - dt_wall))
+            self.hist_queue.observe(max(0.0, mnow - req.m_submitted - dt_metric))
             self.hist_stage["request_process"].observe(0.0005)
-            self.hist_stage["prefill_forward"].observe(dt_wall)
+            self.hist_stage["prefill_forward"].observe(dt_metric)
         if new_seqs:
             self.steps_prefill += 1
             self._log_prefill(new_seqs, dt_wall)
@@ -648,9 +678,9 @@ class Engine:
         for rid in finished:
             req = self.reqs.get(rid)
             if req is not None:
-                self._finish(req, now)
+                self._finish(req, now, mnow)
 
-    def _finish(self, req: _Req, now: float) -> None:
+    def _finish(self, req: _Req, now: float, mnow: float | None = None) -> None:
         if req.done:
             return
         req.done = True
@@ -663,8 +693,10 @@ class Engine:
         self._count("prompt_tokens_total", stream, req.prompt_tokens)
         self._count("generation_tokens_total", stream, len(req.output_ids))
         self._count("num_requests_total", stream, 1)
+        if mnow is None:
+            mnow = self.metric_clock(now)
         self._hist_stream("e2e_request_latency_seconds", req.stream,
-                          _E2E_BUCKETS).observe(now - req.submitted_at)
+                          _E2E_BUCKETS).observe(mnow - req.m_submitted)
         self.hist_plain["prompt_tokens_histogram"].observe(req.prompt_tokens)
         self.hist_plain["uncached_prompt_tokens_histogram"].observe(
             req.prompt_tokens - req.cached_tokens)

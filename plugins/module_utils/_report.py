@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 MISSING = "-"
+NOT_MEASURABLE = "n/m"
+DRIFT_MARK = "~"
 LATEST_NAME = "latest"
 ERROR_KINDS = ("http", "stream", "timeout", "connection", "short")
 
@@ -73,6 +75,18 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("client_limited", "client_limited"),
     ("client_loop_lag_ms_p99", "client.loop_lag_ms_p99"),
     ("client_cpu_util", "client.cpu_util"),
+    ("latency_measurable", "latency_measurable"),
+    ("server_requests", "server.requests"),
+    ("server_ttft_mean_ms", "server.ttft_ms_mean"),
+    ("server_itl_mean_ms", "server.itl_ms_mean"),
+    ("server_e2e_mean_s", "server.e2e_s_mean"),
+    ("drift_first_half_tok_s", "drift.first_half_tok_s"),
+    ("drift_second_half_tok_s", "drift.second_half_tok_s"),
+    ("drift_ratio", "drift.ratio"),
+    ("drift_flagged", "drift.flagged"),
+    ("warmup_requests", "level_warmup.requests"),
+    ("warmup_errors", "level_warmup.errors.total"),
+    ("warmup_s", "level_warmup.seconds"),
     ("is_peak", "@peak"),
     ("is_knee", "@knee"),
 )
@@ -119,6 +133,24 @@ def _fmt_count(value: Any) -> str:
     if number == int(number):
         return str(int(number))
     return f"{number:.1f}"
+
+
+def _unmeasurable(point: dict[str, Any], path: str) -> bool:
+    """Whether the statistic at ``path`` (e.g. ``itl_ms.p50``) was marked not measurable by the
+    sweep (``latency_unmeasurable``: a time-scaled run where the client could not time it)."""
+    key, _, stat = path.partition(".")
+    marks = point.get("latency_unmeasurable")
+    return isinstance(marks, dict) and isinstance(marks.get(key), list) and stat in marks[key]
+
+
+def _latency(point: dict[str, Any], path: str, decimals: int = 1) -> str:
+    """A latency cell: ``n/m`` where the sweep found the value not measurable."""
+    return NOT_MEASURABLE if _unmeasurable(point, path) else _fmt(_dig(point, path), decimals)
+
+
+def _drift_flagged(point: dict[str, Any]) -> bool:
+    drift = point.get("drift")
+    return isinstance(drift, dict) and drift.get("flagged") is True
 
 
 def _err_total(point: dict[str, Any]) -> float | None:
@@ -227,13 +259,17 @@ def render_table(sweep: dict[str, Any]) -> str:
     """The seed-style Markdown table for one sweep (no trailing newline).
 
     Columns: C, n, ok, err, output tok/s, avg_out, wall s (as in the seed), then TTFT p50/p99
-    and ITL p50/p99 in ms. A client-limited level has its C marked with ``*``.
+    and ITL p50/p99 in ms. A client-limited level has its C marked with ``*``, a level whose
+    throughput drifted within its window with ``~``. A latency the sweep found not measurable
+    (time-scaled engine, client disagreeing with the model) reads ``n/m``.
     """
     lines = [_row(TABLE_HEADER), _row(["---"] * len(TABLE_HEADER))]
     for point in _points(sweep):
         c_cell = _fmt_count(point.get("concurrency"))
         if point.get("client_limited") is True:
             c_cell += "*"
+        if _drift_flagged(point):
+            c_cell += DRIFT_MARK
         lines.append(_row([
             c_cell,
             _fmt_count(point.get("requests")),
@@ -242,12 +278,100 @@ def render_table(sweep: dict[str, Any]) -> str:
             _fmt(point.get("output_tok_s")),
             _fmt_count(point.get("avg_output_tokens")),
             _fmt(point.get("duration_s")),
-            _fmt(_dig(point, "ttft_ms.p50")),
-            _fmt(_dig(point, "ttft_ms.p99")),
-            _fmt(_dig(point, "itl_ms.p50"), 2),
-            _fmt(_dig(point, "itl_ms.p99"), 2),
+            _latency(point, "ttft_ms.p50"),
+            _latency(point, "ttft_ms.p99"),
+            _latency(point, "itl_ms.p50", 2),
+            _latency(point, "itl_ms.p99", 2),
         ]))
     return "\n".join(lines)
+
+
+def _range_text(bounds: Any, decimals: int) -> str:
+    """A server-side percentile range [lo, hi] as ``lo-hi`` (``>lo`` for the +Inf bucket)."""
+    if not isinstance(bounds, list | tuple) or len(bounds) != 2 or _num(bounds[0]) is None:
+        return MISSING
+    if _num(bounds[1]) is None:
+        return f">{_fmt(bounds[0], decimals)}"
+    return f"{_fmt(bounds[0], decimals)}-{_fmt(bounds[1], decimals)}"
+
+
+SERVER_TABLE_HEADER: tuple[str, ...] = (
+    "C", "requests", "TTFT mean ms", "TTFT p50 ms", "ITL mean ms", "ITL p50 ms", "e2e mean s",
+)
+
+
+def render_server_table(sweep: dict[str, Any]) -> str | None:
+    """The server's own latency per level (from its /metrics histograms), or None when no level
+    has it. Means from the histograms' sums and counts; p50 as the bucket range it lies in."""
+    points = [p for p in _points(sweep) if isinstance(p.get("server"), dict)]
+    if not points:
+        return None
+    lines = [_row(SERVER_TABLE_HEADER), _row(["---"] * len(SERVER_TABLE_HEADER))]
+    for point in points:
+        server = point["server"]
+        lines.append(_row([
+            _fmt_count(point.get("concurrency")),
+            _fmt_count(server.get("requests")),
+            _fmt(server.get("ttft_ms_mean")),
+            _range_text(_dig(server, "ttft_ms_range.p50"), 0),
+            _fmt(server.get("itl_ms_mean"), 2),
+            _range_text(_dig(server, "itl_ms_range.p50"), 0),
+            _fmt(server.get("e2e_s_mean"), 2),
+        ]))
+    return "\n".join(lines)
+
+
+def render_notes(sweep: dict[str, Any]) -> list[str]:
+    """Lines under the findings: level warm-up, drift, and what ``n/m`` stands for."""
+    points = _points(sweep)
+    notes: list[str] = []
+    warmed = [p["level_warmup"] for p in points if isinstance(p.get("level_warmup"), dict)]
+    if warmed:
+        failed = [
+            f"C={_fmt_count(p.get('concurrency'))} ({_fmt_count(_dig(p, 'level_warmup.errors.total'))} of "
+            f"{_fmt_count(_dig(p, 'level_warmup.requests'))})"
+            for p in points if (_num(_dig(p, "level_warmup.errors.total")) or 0) > 0
+        ]
+        tokens = _fmt_count(warmed[0].get("max_tokens"))
+        notes.append(
+            f"Each level was warmed by C requests of {tokens} tokens at its concurrency (not measured); "
+            + ("warm-up errors: " + ", ".join(failed) + "." if failed else "no warm-up errors.")
+        )
+    drifted = [p for p in points if _drift_flagged(p)]
+    short = [p for p in points if isinstance(p.get("drift"), dict) and p["drift"].get("checked") is False]
+    if drifted or short:
+        parts = []
+        if drifted:
+            parts.append(
+                f"throughput drifted within the level (marked {DRIFT_MARK}: second half of its window vs the "
+                "first beyond "
+                + f"{(_num(drifted[0]['drift'].get('threshold')) or 0.15) * 100:.0f}%): "
+                + ", ".join(f"C={_fmt_count(p.get('concurrency'))} (x{_fmt(p['drift'].get('ratio'), 2)})" for p in drifted)
+            )
+        if short:
+            parts.append("too short to check for drift: C=" + ", ".join(_fmt_count(p.get("concurrency")) for p in short))
+        text = "; ".join(parts)
+        notes.append(text[0].upper() + text[1:] + ".")
+    elif any(isinstance(p.get("drift"), dict) for p in points):
+        notes.append("No drift within levels.")
+    marked = [p for p in points if isinstance(p.get("latency_unmeasurable"), dict) and p["latency_unmeasurable"]]
+    if marked:
+        scale = _dig(sweep, "server.time_scale")
+        at = f" at time scale {_fmt_count(scale) if _num(scale) is None else f'{float(scale):g}'}" if scale else ""
+        tolerance = _num(_dig(marked[0], "latency_check.tolerance")) or 0.25
+        levels = "; ".join(
+            f"C={_fmt_count(p.get('concurrency'))} "
+            + ", ".join(f"{k.split('_')[0].upper() if k != 'e2e_s' else 'e2e'} {'/'.join(v)}"
+                        for k, v in p["latency_unmeasurable"].items())
+            for p in marked
+        )
+        notes.append(
+            f"n/m = not measurable{at}: the client's value disagrees with the engine's model by more than "
+            f"{tolerance * 100:.0f}% (modelled gaps this short are below the client's timing jitter once scaled to "
+            f"wall time); the model's own values are in the server-side table. Not measurable: {levels}. "
+            "Reasons per level in the JSON (latency_check)."
+        )
+    return notes
 
 
 def render_findings(sweep: dict[str, Any]) -> str:
@@ -316,6 +440,15 @@ def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
         parts.append(server_line)
     parts.append(render_table(sweep))
     parts.append(render_findings(sweep))
+    server = render_server_table(sweep)
+    if server is not None:
+        modelled = sweep.get("time_base") == "model"
+        parts.append(
+            "Server-side latency (the server's /metrics histograms over each level"
+            + (", in the GPU time the engine models" if modelled else ", as the server timed it") + "):"
+        )
+        parts.append(server)
+    parts.extend(render_notes(sweep))
     return "\n\n".join(parts)
 
 
@@ -383,7 +516,8 @@ def render_markdown(items: Sequence[dict[str, Any]], title: str | None = None) -
         "output tok/s = output tokens / wall time of the level (ramp-up and tail included), "
         "avg_out = output tokens per ok request, wall s = first send to last finish, "
         "TTFT/ITL = time to first token / inter-token latency (token level). "
-        "`*` after C: client-limited level. See docs/reports.md."
+        "`*` after C: client-limited level; `~`: throughput drifted within the level; "
+        "n/m: not measurable at the engine's time scale. See docs/reports.md."
     )
     doc = f"# {title or 'SGLang throughput sweep'}\n\n{intro}\n\n{body}\n"
     return doc, body
@@ -422,6 +556,8 @@ def csv_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 elif path == "errors.total":
                     value = _err_total(point)
                     value = int(value) if value is not None else None
+                elif _unmeasurable(point, path):
+                    value = None  # not measurable at the engine's time scale: never a wrong number
                 else:
                     value = _dig(point, path)
                 row[name] = _csv_value(value)
@@ -459,8 +595,11 @@ def _concurrency_ticks(ax: Any, values: Iterable[float]) -> None:
 
 
 def _series(sweep: dict[str, Any], path: str) -> tuple[list[float], list[float]]:
+    """(concurrency, value) of the points that have the value (not measurable ones left out)."""
     xs, ys = [], []
     for point in _points(sweep):
+        if _unmeasurable(point, path):
+            continue
         x, y = _num(point.get("concurrency")), _num(_dig(point, path))
         if x is not None and x > 0 and y is not None:
             xs.append(x)
@@ -542,6 +681,14 @@ def _plot_latency(items: Sequence[dict[str, Any]], path: Path, title: str, figur
         xs, ys = _series(item["sweep"], "itl_ms.p50")
         if xs:
             ax_itl.plot(xs, ys, marker="o", color=color, label=f"{label} p50")
+        # the server's own means (its /metrics histograms; the model's on the scaled engine)
+        xs, ys = _series(item["sweep"], "server.ttft_ms_mean")
+        if xs:
+            ax_ttft.plot(xs, ys, marker="s", linestyle=":", color=color, label=f"{label} server mean")
+            ttft_values += ys
+        xs, ys = _series(item["sweep"], "server.itl_ms_mean")
+        if xs:
+            ax_itl.plot(xs, ys, marker="s", linestyle=":", color=color, label=f"{label} server mean")
     positive = [v for v in ttft_values if v > 0]
     if positive and max(positive) / min(positive) > 50:
         ax_ttft.set_yscale("log")
@@ -555,8 +702,8 @@ def _plot_latency(items: Sequence[dict[str, Any]], path: Path, title: str, figur
         ax.grid(True, which="major", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=7)
-    ax_ttft.set_title("TTFT p50 (solid) and p99 (dashed)")
-    ax_itl.set_title("ITL p50 (token level)")
+    ax_ttft.set_title("TTFT p50 (solid), p99 (dashed), server mean (dotted)")
+    ax_itl.set_title("ITL p50 (token level), server mean (dotted)")
     fig.suptitle(f"{title}: latency vs concurrency")
     fig.tight_layout()
     fig.savefig(path, format="png")

@@ -17,7 +17,14 @@ What it gets right that common clients get wrong:
 - HTTP errors, in-stream errors, timeouts, connection errors and short outputs are counted by kind
   and stay in the denominators;
 - one shared connector without the 100-connection cap, connections opened before each level,
-  warm-up excluded, a full-run and a steady-window throughput per level;
+  warm-up excluded (one request at the start, and a short discarded round at each level's own
+  concurrency, so that kernels compiled at the first batch of a new shape are not measured),
+  a full-run and a steady-window throughput per level, and a drift check between the two
+  halves of the level's window;
+- the server's own latency histograms (``/metrics``) are read before and after each level;
+  on the time-scaled embedded engine they are the model's latencies, against which the
+  client's converted TTFT/ITL are checked (a level where the client cannot time them at that
+  scale says so instead of showing wrong numbers);
 - the client itself is measured (event-loop lag, CPU) and a level it limited is flagged;
 - every stage is bounded: per request, per level, per sweep.
 """
@@ -58,6 +65,27 @@ READ_BUFSIZE = 1 << 22  # native streams repeat the cumulative output: long line
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 PROBE_TIMEOUT_S = 10.0
 MAX_ERROR_MESSAGES = 5
+# Level warm-up: C requests of this many tokens at the level's own concurrency, discarded.
+LEVEL_WARMUP_TOKENS = 16
+# Drift: throughput of the second half of a level's window against the first; flagged when
+# the ratio is off 1 by more than this. A half needs this many tokens and token chunks to count.
+DRIFT_THRESHOLD = 0.15
+DRIFT_MIN_TOKENS = 100
+DRIFT_MIN_CHUNKS = 50
+# Server-side latency: the server's histograms (real SGLang names, 'sglang:' or 'sglang_').
+SERVER_HISTOGRAMS = {
+    "time_to_first_token_seconds": "ttft",
+    "inter_token_latency_seconds": "itl",
+    "e2e_request_latency_seconds": "e2e",
+}
+METRICS_PATH = "/metrics"
+# A time-scaled level's client latency is kept when it agrees with the engine's model within
+# this share (mean within it; each percentile within the model's histogram bucket widened by it).
+LATENCY_TOLERANCE = 0.25
+# Without server histograms: a time-scaled latency is measurable only when its wall-clock p50 is
+# at least this many times the client's timing jitter (loop lag p99, at least JITTER_FLOOR_MS).
+LATENCY_JITTER_FACTOR = 10.0
+JITTER_FLOOR_MS = 0.5
 # Python < 3.11 (engine venvs) has a separate asyncio.TimeoutError.
 _TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError, asyncio.TimeoutError)
 
@@ -116,6 +144,8 @@ class SweepOptions:
     ignore_eos: bool = True
     prompts: list[str] | None = None  # None: DEFAULT_PROMPTS
     warmup: int = 1
+    level_warmup: bool = True  # a discarded round of C short requests before each level
+    level_warmup_tokens: int = LEVEL_WARMUP_TOKENS
     timeout: float = 900.0  # per request, queueing at the server included
     level_timeout: float = 1800.0
     sweep_timeout: float = 7200.0
@@ -148,6 +178,8 @@ class SweepOptions:
             raise SweepError("max_tokens must be >= 1")
         if int(self.warmup) < 0:
             raise SweepError("warmup must be >= 0")
+        if int(self.level_warmup_tokens) < 1:
+            raise SweepError("level_warmup_tokens must be >= 1")
         for name in ("timeout", "level_timeout", "sweep_timeout"):
             if float(getattr(self, name)) <= 0:
                 raise SweepError(f"{name} must be > 0")
@@ -168,6 +200,8 @@ class SweepOptions:
             ignore_eos=bool(self.ignore_eos),
             prompts=prompts,
             warmup=int(self.warmup),
+            level_warmup=bool(self.level_warmup),
+            level_warmup_tokens=int(self.level_warmup_tokens),
             timeout=float(self.timeout),
             level_timeout=float(self.level_timeout),
             sweep_timeout=float(self.sweep_timeout),
@@ -202,6 +236,8 @@ class SweepOptions:
             "ignore_eos": self.ignore_eos,
             "prompts": list(self.prompts or DEFAULT_PROMPTS),
             "warmup": self.warmup,
+            "level_warmup": self.level_warmup,
+            "level_warmup_tokens": self.level_warmup_tokens,
             "timeout": self.timeout,
             "level_timeout": self.level_timeout,
             "sweep_timeout": self.sweep_timeout,
@@ -214,6 +250,8 @@ class SweepOptions:
             "knee_share": KNEE_SHARE,
             "client_cpu_limit": CLIENT_CPU_LIMIT,
             "client_lag_limit_ms": CLIENT_LAG_LIMIT_MS,
+            "drift_threshold": DRIFT_THRESHOLD,
+            "latency_tolerance": LATENCY_TOLERANCE,
         }
 
 
@@ -293,6 +331,58 @@ def steady_window(spans_by_worker: dict[int, list[tuple[float, float]]], concurr
 def tokens_in_window(event_lists: Iterable[Sequence[tuple[float, float]]], start: float, end: float) -> float:
     """Tokens whose arrival time falls inside [start, end]."""
     return math.fsum(tokens for events in event_lists for t, tokens in events if start <= t <= end)
+
+
+def drift_check(
+    event_lists: Iterable[Sequence[tuple[float, float]]],
+    start: float,
+    end: float,
+    window: str,
+    threshold: float = DRIFT_THRESHOLD,
+    min_tokens: float = DRIFT_MIN_TOKENS,
+    min_chunks: int = DRIFT_MIN_CHUNKS,
+) -> dict[str, Any]:
+    """Throughput in the first and second halves of a level's window ``[start, end]``.
+
+    Tokens are counted at their arrival (first half: ``[start, mid)``, second: ``[mid, end]``).
+    ``ratio`` = second / first; ``flagged`` when it is off 1 by more than ``threshold`` (the
+    server's speed changed during the level: compilation, caches, throttling, other load).
+    A half with fewer than ``min_tokens`` tokens or ``min_chunks`` token chunks is too short to
+    tell: ``checked`` is false and ``reason`` says so (never flagged).
+    """
+    out: dict[str, Any] = {
+        "window": window, "first_half_tok_s": None, "second_half_tok_s": None, "ratio": None,
+        "flagged": False, "checked": False, "threshold": threshold, "reason": None,
+    }
+    span = end - start
+    if span <= 0:
+        out["reason"] = "empty window"
+        return out
+    mid = start + span / 2.0
+    tokens = [0.0, 0.0]
+    chunks = [0, 0]
+    for events in event_lists:
+        for t, n in events:
+            if start <= t < mid:
+                tokens[0] += n
+                chunks[0] += 1
+            elif mid <= t <= end:
+                tokens[1] += n
+                chunks[1] += 1
+    half = span / 2.0
+    out["first_half_tok_s"] = round(tokens[0] / half, 3)
+    out["second_half_tok_s"] = round(tokens[1] / half, 3)
+    if min(tokens) < min_tokens or min(chunks) < min_chunks:
+        out["reason"] = (
+            f"too short to split: {tokens[0]:.0f} + {tokens[1]:.0f} tokens in {chunks[0]} + {chunks[1]} "
+            f"chunks (each half needs {min_tokens:g} tokens and {min_chunks} chunks)"
+        )
+        return out
+    ratio = tokens[1] / tokens[0]
+    out["ratio"] = round(ratio, 4)
+    out["checked"] = True
+    out["flagged"] = abs(ratio - 1.0) > threshold
+    return out
 
 
 def gain_per_doubling(c_prev: float, x_prev: float, c_cur: float, x_cur: float) -> float | None:
@@ -384,6 +474,232 @@ def plateau_reached(points: Sequence[dict[str, Any]], plateau_gain: float) -> bo
         prev[-1]["concurrency"], prev[-1]["output_tok_s"], last["concurrency"], last["output_tok_s"]
     )
     return gain is not None and gain < plateau_gain
+
+
+# ---------------------------------------------------------------------------------------------
+# Server-side latency from the server's Prometheus histograms (pure)
+# ---------------------------------------------------------------------------------------------
+
+_PROM_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LE_RE = re.compile(r'le="([^"]*)"')
+
+
+def parse_histograms(text: str) -> dict[str, dict[str, Any]]:
+    """The SERVER_HISTOGRAMS found in a Prometheus text exposition, summed over their series
+    (label sets, e.g. ``is_streaming`` true and false): ``{key: {"sum", "count", "buckets":
+    {upper bound: cumulative count}}}`` with keys ``ttft``, ``itl``, ``e2e``. A family without
+    samples yet (no request served) is absent."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        match = _PROM_LINE.match(line)
+        if match is None:
+            continue
+        metric, labels, raw = match.groups()
+        base, _, suffix = metric.rpartition("_")
+        if suffix not in ("sum", "count", "bucket"):
+            continue
+        if base.startswith(("sglang:", "sglang_")):
+            base = base[len("sglang:"):]
+        key = SERVER_HISTOGRAMS.get(base)
+        if key is None:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        hist = out.setdefault(key, {"sum": 0.0, "count": 0.0, "buckets": {}})
+        if suffix == "bucket":
+            le = _LE_RE.search(labels or "")
+            if le is None:
+                continue
+            try:
+                bound = float(le.group(1))
+            except ValueError:
+                continue
+            hist["buckets"][bound] = hist["buckets"].get(bound, 0.0) + value
+        else:
+            hist[suffix] += value
+    return out
+
+
+def histogram_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    """after - before of one parsed histogram (a family absent before counts as zero); None when
+    absent after or when a count went down (the server restarted in between)."""
+    if after is None:
+        return None
+    before = before or {"sum": 0.0, "count": 0.0, "buckets": {}}
+    count = after["count"] - before["count"]
+    buckets = {b: after["buckets"][b] - before["buckets"].get(b, 0.0) for b in after["buckets"]}
+    if count < 0 or any(v < 0 for v in buckets.values()):
+        return None
+    return {"sum": after["sum"] - before["sum"], "count": count, "buckets": buckets}
+
+
+def histogram_rank_range(hist: dict[str, Any], p: float) -> tuple[float, float] | None:
+    """Where the p-th percentile of the observations lies, to the histogram's resolution.
+
+    With the sweep's own rule (rank = p/100 * (n-1) between the closest ranks), the percentile
+    lies between the observation of rank floor(rank) and the one of rank ceil(rank); each lies
+    in the bucket whose cumulative count first exceeds its rank. Returns (lower bound of the
+    first bucket, upper bound of the second) (``inf`` for the +Inf bucket); None when empty.
+    """
+    count = hist.get("count") or 0.0
+    if count < 1:
+        return None
+    bounds = sorted(hist["buckets"])
+    rank = min(max(p, 0.0), 100.0) / 100.0 * (count - 1)
+
+    def bucket(i: float) -> tuple[float, float]:
+        prev = 0.0
+        for bound in bounds:
+            if hist["buckets"][bound] > i + 1e-9:
+                return prev, bound
+            prev = bound
+        return prev, math.inf
+
+    return bucket(math.floor(rank))[0], bucket(math.ceil(rank))[1]
+
+
+def server_latency(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The server-side latency of one level from its histograms before and after it.
+
+    Means are ``_sum`` / ``_count`` deltas; ``*_range`` give, per percentile, the bucket
+    bounds the server's own p50/p90/p99 lie in (``null`` upper bound: the +Inf bucket). On a
+    real server these are wall-clock seconds as the server timed them (no network, no client);
+    on the time-scaled embedded engine, the modelled GPU time (docs/engine-api.md). None when
+    no histogram moved (no metrics, or a restart)."""
+    deltas = {key: histogram_delta(before.get(key), after.get(key)) for key in SERVER_HISTOGRAMS.values()}
+    if not any(d and d["count"] > 0 for d in deltas.values()):
+        return None
+
+    def mean(key: str, unit: float, digits: int) -> float | None:
+        d = deltas[key]
+        return round(d["sum"] / d["count"] * unit, digits) if d and d["count"] > 0 else None
+
+    def ranges(key: str, unit: float, digits: int) -> dict[str, list[float | None]] | None:
+        d = deltas[key]
+        if not d or d["count"] < 1:
+            return None
+        out: dict[str, list[float | None]] = {}
+        for p in (50, 90, 99):
+            rng = histogram_rank_range(d, p)
+            if rng is not None:
+                out[f"p{p}"] = [round(rng[0] * unit, digits), None if math.isinf(rng[1]) else round(rng[1] * unit, digits)]
+        return out
+
+    e2e, ttft, itl = deltas["e2e"], deltas["ttft"], deltas["itl"]
+    return {
+        "requests": int(e2e["count"]) if e2e else None,
+        "first_tokens": int(ttft["count"]) if ttft else None,
+        "itl_tokens": int(itl["count"]) if itl else None,
+        "ttft_ms_mean": mean("ttft", 1000.0, 3),
+        "itl_ms_mean": mean("itl", 1000.0, 4),
+        "e2e_s_mean": mean("e2e", 1.0, 4),
+        "ttft_ms_range": ranges("ttft", 1000.0, 3),
+        "itl_ms_range": ranges("itl", 1000.0, 4),
+        "e2e_s_range": ranges("e2e", 1.0, 4),
+    }
+
+
+# Client latencies checked against the server: point key -> (server mean key, server range key,
+# factor to ms of both). TPOT has no histogram: its mean is checked against the mean ITL (equal
+# for requests of equal length), and its percentiles follow that verdict.
+_CHECKS: dict[str, tuple[str, str | None, float]] = {
+    "ttft_ms": ("ttft_ms_mean", "ttft_ms_range", 1.0),
+    "itl_ms": ("itl_ms_mean", "itl_ms_range", 1.0),
+    "tpot_ms": ("itl_ms_mean", None, 1.0),
+    "e2e_s": ("e2e_s_mean", "e2e_s_range", 1000.0),
+}
+_STATS = ("mean", "p50", "p90", "p99")
+
+
+def _g(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.3g}"
+
+
+def check_latency(point: dict[str, Any], scale: float, tolerance: float = LATENCY_TOLERANCE) -> None:
+    """Mark the client latencies of a time-scaled level that cannot be trusted, in place.
+
+    The client's TTFT, ITL, TPOT and e2e (already converted to modelled time) are compared with
+    the server's modelled ones (``point["server"]``, from /metrics):
+
+    - the mean must be within ``tolerance`` of the server's mean; when it is not, every
+      statistic of that quantity is unmeasurable (the disagreement is systematic);
+    - each percentile must lie in the server's bucket range for that percentile
+      (``histogram_rank_range``) widened by ``tolerance`` on both sides.
+
+    Without server histograms for a quantity, all its statistics are unmeasurable unless its
+    wall-clock p50 (for TPOT and e2e: the e2e p50, the span they are measured over) is at least
+    LATENCY_JITTER_FACTOR times the client's timing jitter (event-loop lag p99, at least
+    JITTER_FLOOR_MS).
+
+    Sets ``latency_unmeasurable`` ({point key: [statistics]}, only failing quantities),
+    ``latency_measurable`` (true when nothing failed) and ``latency_check`` ({method per
+    quantity, tolerance, reasons per quantity}).
+    """
+    server = point.get("server") if isinstance(point.get("server"), dict) else None
+    lag = (point.get("client") or {}).get("loop_lag_ms_p99")
+    lag_text = _g(float(lag)) if isinstance(lag, (int, float)) else "?"
+    jitter = max(float(lag) if isinstance(lag, (int, float)) else 0.0, JITTER_FLOOR_MS)
+    bad: dict[str, list[str]] = {}
+    methods: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    for key, (mean_key, range_key, to_ms) in _CHECKS.items():
+        dist = point.get(key) if isinstance(point.get(key), dict) else {}
+        present = [stat for stat in _STATS if dist.get(stat) is not None]
+        if "mean" not in present:
+            continue
+        failed: list[str] = []
+        why: list[str] = []
+        if server is not None and server.get(mean_key) is not None:
+            methods[key] = "server_metrics"
+            ref = float(server[mean_key]) * to_ms
+            mine = float(dist["mean"]) * to_ms
+            if ref > 0 and abs(mine / ref - 1.0) > tolerance:
+                failed = list(present)
+                why.append(
+                    f"mean {_g(mine)} ms vs the model's {_g(ref)} ms ({mine - ref:+.3g} ms, "
+                    f"{(mine - ref) * scale:+.3g} ms of wall time: loopback, HTTP and both event loops)"
+                )
+            ranges = (server.get(range_key) if range_key else None) or {}
+            for stat in present:
+                bounds = ranges.get(stat)
+                if stat == "mean" or not bounds:
+                    continue
+                lo = float(bounds[0]) * to_ms
+                hi = math.inf if bounds[1] is None else float(bounds[1]) * to_ms
+                value = float(dist[stat]) * to_ms
+                if not lo * (1.0 - tolerance) <= value <= hi * (1.0 + tolerance):
+                    if stat not in failed:
+                        failed.append(stat)
+                    why.append(f"{stat} {_g(value)} ms outside the model's {_g(lo)}-{_g(hi)} ms")
+        else:
+            methods[key] = "client_jitter"
+            ref = float(dist.get("p50") or dist["mean"]) * to_ms
+            span_key, span_ms = ("e2e_s", 1000.0) if key in ("tpot_ms", "e2e_s") else (key, to_ms)
+            span_p50 = (point.get(span_key) or {}).get("p50")
+            wall_ms = None if span_p50 is None else float(span_p50) * span_ms * scale
+            if wall_ms is not None and wall_ms < LATENCY_JITTER_FACTOR * jitter:
+                failed = list(present)
+                why.append(
+                    f"no server histogram to check it against, and its wall-clock p50 of {_g(wall_ms)} ms is "
+                    f"under {LATENCY_JITTER_FACTOR:g}x the client's timing jitter ({_g(jitter)} ms)"
+                )
+        if failed:
+            bad[key] = [stat for stat in _STATS if stat in failed]
+            label = {"ttft_ms": "TTFT", "itl_ms": "ITL", "tpot_ms": "TPOT", "e2e_s": "e2e"}[key]
+            ref_ms = float(server[mean_key]) * to_ms if methods[key] == "server_metrics" and server else ref
+            reasons[key] = (
+                f"{label} {', '.join(bad[key])}: " + "; ".join(why)
+                + f". At time scale {scale:g}, {_g(ref_ms)} ms of modelled time is {_g(ref_ms * scale)} ms of "
+                f"wall time, against the client's event-loop lag p99 of {lag_text} ms plus the engine's own "
+                "scheduling jitter: too short for the client to time at this scale"
+            )
+    point["latency_unmeasurable"] = bad
+    point["latency_measurable"] = not bad
+    point["latency_check"] = {"method": methods, "tolerance": tolerance, "reasons": reasons}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -625,13 +941,17 @@ def finalize_trace(trace: Trace, parser: StreamParser, max_tokens: int) -> None:
         trace.ok = True
 
 
-def build_payload(opts: SweepOptions, model: str | None, prompt: str) -> tuple[str, dict[str, Any]]:
-    """Path and JSON body of one streamed generation request."""
+def build_payload(
+    opts: SweepOptions, model: str | None, prompt: str, max_tokens: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Path and JSON body of one streamed generation request (``max_tokens``: the option's
+    unless given, as for the level warm-up)."""
+    tokens = opts.max_tokens if max_tokens is None else int(max_tokens)
     if opts.api == "openai":
         body: dict[str, Any] = {
             "model": model,
             "prompt": prompt,
-            "max_tokens": opts.max_tokens,
+            "max_tokens": tokens,
             "temperature": opts.temperature,
             "top_p": opts.top_p,
             "stream": True,
@@ -641,7 +961,7 @@ def build_payload(opts: SweepOptions, model: str | None, prompt: str) -> tuple[s
             body["ignore_eos"] = True
         return "/v1/completions", body
     sampling: dict[str, Any] = {
-        "max_new_tokens": opts.max_tokens,
+        "max_new_tokens": tokens,
         "temperature": opts.temperature,
         "top_p": opts.top_p,
         "ignore_eos": opts.ignore_eos,
@@ -662,10 +982,11 @@ class _Client:
         self.timeout = aiohttp.ClientTimeout(total=opts.timeout)
         self.path, _ = build_payload(opts, model, "")
 
-    async def send(self, trace: Trace, prompt: str) -> None:
+    async def send(self, trace: Trace, prompt: str, max_tokens: int | None = None) -> None:
         """Send one request and fill ``trace``; never raises except CancelledError."""
         opts = self.opts
-        _, body = build_payload(opts, self.model, prompt)
+        _, body = build_payload(opts, self.model, prompt, max_tokens)
+        want = opts.max_tokens if max_tokens is None else int(max_tokens)
         parser = make_parser(opts.api)
         headers_seen = False
         trace.start = time.perf_counter()
@@ -686,7 +1007,7 @@ class _Client:
         except asyncio.CancelledError:
             trace.end = time.perf_counter()
             trace.fail("timeout", "level or sweep time limit reached while the request was in flight")
-            finalize_trace(trace, parser, opts.max_tokens)
+            finalize_trace(trace, parser, want)
             raise
         except _TIMEOUTS:
             if not parser.done:
@@ -703,7 +1024,7 @@ class _Client:
         finally:
             if not trace.end:
                 trace.end = time.perf_counter()
-        finalize_trace(trace, parser, opts.max_tokens)
+        finalize_trace(trace, parser, want)
 
 
 def _http_error_message(raw: bytes) -> str:
@@ -761,12 +1082,23 @@ def to_model_time(points: list[dict[str, Any]], records: list[dict[str, Any]], s
     The engine runs `scale` wall seconds per modelled second, so rates are multiplied by
     `scale` and times divided by it. The wall-clock figures stay under each point's `wall`.
     The client's own overheads are divided too: on a strongly scaled run, small TTFT/ITL
-    values are mostly client and loopback time, magnified.
+    values are mostly client and loopback time, magnified (``check_latency`` then says so).
+    A point's ``server`` block is left alone: the engine's histograms are in modelled time.
     """
     if not scale or scale <= 0 or scale == 1:
         return
     for point in points:
         point["wall"] = {k: point.get(k) for k in _RATE_KEYS + _SPAN_KEYS}
+        drift = point.get("drift")
+        if isinstance(drift, dict):
+            point["wall"]["drift"] = {k: drift.get(k) for k in ("first_half_tok_s", "second_half_tok_s")}
+            for key in ("first_half_tok_s", "second_half_tok_s"):
+                if isinstance(drift.get(key), (int, float)):
+                    drift[key] = round(drift[key] * scale, 3)
+        warm = point.get("level_warmup")
+        if isinstance(warm, dict) and isinstance(warm.get("seconds"), (int, float)):
+            point["wall"]["level_warmup_seconds"] = warm["seconds"]
+            warm["seconds"] = round(warm["seconds"] / scale, 4)
         for key in _RATE_KEYS:
             if isinstance(point.get(key), (int, float)):
                 point[key] = round(point[key] * scale, 3)
@@ -811,6 +1143,16 @@ class _Probe:
             if status is None:
                 break  # unreachable: no point trying the other name
         return {**server_summary({}), "ok": False, "path": None, "error": error, "at": utc_now_iso()}
+
+    async def metrics(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
+        """The server's latency histograms from /metrics (parse_histograms), or (None, why)."""
+        try:
+            async with self.session.get(self.opts.url + METRICS_PATH, timeout=self.timeout) as resp:
+                if resp.status != 200:
+                    return None, f"HTTP {resp.status}"
+                return parse_histograms(await resp.text()), None
+        except (*_TIMEOUTS, aiohttp.ClientError, OSError, ValueError) as exc:
+            return None, f"{type(exc).__name__}: {exc}"
 
     async def model(self) -> tuple[str | None, str | None]:
         status, obj, error = await self.get_json("/v1/models")
@@ -884,16 +1226,27 @@ class LevelRun:
 
 
 async def run_level(
-    client: _Client, level: int, concurrency: int, deadline: float, prompts: Sequence[str]
+    client: _Client,
+    level: int,
+    concurrency: int,
+    deadline: float,
+    prompts: Sequence[str],
+    warmup_tokens: int | None = None,
 ) -> LevelRun:
     """C closed-loop clients: each sends, waits for the end of the response, sends again, until
-    the level's request count is used up (or ``duration`` passed); cut at ``deadline``."""
+    the level's request count is used up (or ``duration`` passed); cut at ``deadline``.
+
+    With ``warmup_tokens``: the level's warm-up round instead, C requests of that many tokens,
+    all in flight at once (one per client), never part of the level's numbers.
+    """
     opts = client.opts
-    total = opts.requests_for(concurrency)
+    total = concurrency if warmup_tokens is not None else opts.requests_for(concurrency)
     traces: list[Trace] = []
     counter = {"next": 0}
     t_start = time.perf_counter()
-    stop_sending_at = t_start + opts.duration if opts.duration is not None else None
+    stop_sending_at = (
+        t_start + opts.duration if opts.duration is not None and warmup_tokens is None else None
+    )
 
     def claim() -> int | None:
         idx = counter["next"]
@@ -911,7 +1264,7 @@ async def run_level(
                 return
             trace = Trace(level=level, concurrency=concurrency, index=idx, worker=wid)
             traces.append(trace)
-            await client.send(trace, prompts[idx % len(prompts)])
+            await client.send(trace, prompts[idx % len(prompts)], warmup_tokens)
 
     health = _Health()
     health.start()
@@ -925,6 +1278,29 @@ async def run_level(
         await asyncio.gather(*pending, return_exceptions=True)
     await health.stop()
     return LevelRun(level, concurrency, traces, timed_out, health, t_start, time.perf_counter())
+
+
+def summarize_warmup(run: LevelRun, max_tokens: int) -> dict[str, Any]:
+    """What a level's warm-up round did: requests, ok, errors by kind (counted here, never in
+    the level's errors), tokens asked and received, and how long it took."""
+    errors = {kind: 0 for kind in ERROR_KINDS}
+    messages: list[str] = []
+    for trace in run.traces:
+        if trace.error_kind:
+            errors[trace.error_kind] = errors.get(trace.error_kind, 0) + 1
+            if trace.error and trace.error not in messages and len(messages) < MAX_ERROR_MESSAGES:
+                messages.append(trace.error)
+    errors["total"] = sum(errors[k] for k in ERROR_KINDS)
+    return {
+        "requests": len(run.traces),
+        "ok": sum(1 for t in run.traces if t.ok),
+        "errors": errors,
+        "error_messages": messages,
+        "max_tokens": max_tokens,
+        "output_tokens": sum(t.counted_tokens for t in run.traces),
+        "seconds": round(max(run.t_end - run.t_start, 0.0), 4),
+        "timed_out": run.timed_out,
+    }
 
 
 def summarize_level(run: LevelRun) -> dict[str, Any]:
@@ -954,10 +1330,15 @@ def summarize_level(run: LevelRun) -> dict[str, Any]:
     window = steady_window(spans, run.concurrency)
     steady = None
     window_s = None
+    counted = [t.events for t in traces if t.counted_tokens]
     if window is not None:
         window_s = window[1] - window[0]
-        counted = [t.events for t in traces if t.counted_tokens]
         steady = tokens_in_window(counted, window[0], window[1]) / window_s
+        drift = drift_check(counted, window[0], window[1], "steady")
+    elif traces:
+        drift = drift_check(counted, min(t.start for t in traces), max(t.end for t in traces), "level")
+    else:
+        drift = drift_check([], 0.0, 0.0, "level")
     lag = run.health.lag_ms_p99
     cpu = run.health.cpu_util
     itl: list[float] = []
@@ -986,6 +1367,12 @@ def summarize_level(run: LevelRun) -> dict[str, Any]:
         "client_limited": client_limited(lag, cpu),
         "client": {"loop_lag_ms_p99": lag, "cpu_util": cpu},
         "gain_per_doubling": None,
+        "drift": drift,
+        "level_warmup": None,
+        "server": None,
+        "latency_measurable": None,
+        "latency_unmeasurable": None,
+        "latency_check": None,
     }
 
 
@@ -1054,6 +1441,26 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
             warnings.append(f"server info unavailable ({before.get('error')}); server fields are null")
         client = _Client(opts, session, model)
         prompts = list(opts.prompts or DEFAULT_PROMPTS)
+        metrics_state: dict[str, bool | None] = {"ok": None}  # None: not tried yet
+
+        async def metrics_snapshot(when: str) -> dict[str, dict[str, Any]] | None:
+            """/metrics histograms; a server without /metrics is asked once."""
+            if metrics_state["ok"] is False:
+                return None
+            parsed, error = await probe.metrics()
+            if parsed is None:
+                if metrics_state["ok"] is None:
+                    metrics_state["ok"] = False
+                    warnings.append(
+                        f"no server-side latency: {opts.url}{METRICS_PATH} answered {error} "
+                        "(SGLang serves it with --enable-metrics; the profiles turn it on)"
+                    )
+                else:
+                    warnings.append(f"{METRICS_PATH} unreadable {when} ({error}): no server-side latency there")
+                return None
+            metrics_state["ok"] = True
+            return parsed
+
         warm_ok = 0
         for i in range(opts.warmup):
             trace = Trace(level=-1, concurrency=1, index=i, worker=0)
@@ -1074,10 +1481,35 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
                 warnings.append(f"sweep_timeout={opts.sweep_timeout:g}s reached before C={concurrency}")
                 break
             await _within(probe.warm_connections(concurrency), sweep_deadline, None)
+            warm: dict[str, Any] | None = None
+            if opts.level_warmup:
+                deadline = min(time.perf_counter() + opts.level_timeout, sweep_deadline)
+                warm_run = await run_level(
+                    client, level, concurrency, deadline, prompts, warmup_tokens=opts.level_warmup_tokens
+                )
+                warm = summarize_warmup(warm_run, opts.level_warmup_tokens)
+                if warm["errors"]["total"]:
+                    kinds = ", ".join(f"{k} {warm['errors'][k]}" for k in ERROR_KINDS if warm["errors"][k])
+                    warnings.append(
+                        f"C={concurrency}: {warm['errors']['total']} of {warm['requests']} level warm-up requests "
+                        f"failed ({kinds}): {'; '.join(warm['error_messages'][:2])}"
+                    )
+                if time.perf_counter() >= sweep_deadline:
+                    stopped_on_timeout = True
+                    warnings.append(f"sweep_timeout={opts.sweep_timeout:g}s reached during the warm-up of C={concurrency}")
+                    break
+            metrics_before = await _within(metrics_snapshot(f"before C={concurrency}"), sweep_deadline, None)
             deadline = min(time.perf_counter() + opts.level_timeout, sweep_deadline)
             run = await run_level(client, level, concurrency, deadline, prompts)
+            metrics_after = (
+                await _within(metrics_snapshot(f"after C={concurrency}"), sweep_deadline, None)
+                if metrics_before is not None else None
+            )
             after = await _within(probe.server_info(), sweep_deadline, _NO_INFO)
             point = summarize_level(run)
+            point["level_warmup"] = warm
+            if metrics_before is not None and metrics_after is not None:
+                point["server"] = server_latency(metrics_before, metrics_after)
             point["server_after"] = {k: after.get(k) for k in (
                 "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
             )}
@@ -1109,6 +1541,27 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
             f"the server is the embedded engine at time scale {scale:g}: rates and latencies are "
             "converted to the GPU time it models (wall-clock figures under each point's 'wall')"
         )
+        not_measured = []
+        for point in points:
+            check_latency(point, float(scale))
+            names = [f"{key} {'/'.join(stats)}" for key, stats in point["latency_unmeasurable"].items()]
+            if names:
+                not_measured.append(f"C={point['concurrency']} ({', '.join(names)})")
+        if not_measured:
+            warnings.append(
+                f"time scale {scale:g}: client latencies that disagree with the engine's model by more than "
+                f"{LATENCY_TOLERANCE:.0%} (not measurable at this scale, reported as n/m; the modelled values "
+                f"are under each point's 'server', the reasons under 'latency_check'): " + "; ".join(not_measured)
+            )
+    for point in points:
+        drift = point.get("drift") or {}
+        if drift.get("flagged"):
+            warnings.append(
+                f"C={point['concurrency']}: throughput changed within the level: {drift['first_half_tok_s']} tok/s "
+                f"in the first half of its {drift['window']} window, {drift['second_half_tok_s']} in the second "
+                f"(x{drift['ratio']:.2f}, threshold {DRIFT_THRESHOLD:.0%}): the server's speed was not steady "
+                "(compilation, caches, throttling or other load)"
+            )
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "url": opts.url,
@@ -1121,6 +1574,7 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
             "avg_spec_accept_length_after": after.get("avg_spec_accept_length"),
             "server_info_path": probe.path,
             "time_scale": scale,
+            "metrics": bool(metrics_state["ok"]),
         },
         "time_base": time_base,
         "started": started,
@@ -1128,6 +1582,12 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
         "duration_s": round(time.perf_counter() - t0, 3),
         "options": opts.effective(model),
         "warmup": {"requests": opts.warmup, "ok": warm_ok},
+        "level_warmup": {
+            "enabled": opts.level_warmup,
+            "max_tokens": opts.level_warmup_tokens,
+            "requests": sum((p.get("level_warmup") or {}).get("requests", 0) for p in points),
+            "errors": sum(((p.get("level_warmup") or {}).get("errors") or {}).get("total", 0) for p in points),
+        },
         "points": points,
         "peak": find_peak(points),
         "knee": find_knee(points, opts.plateau_gain),

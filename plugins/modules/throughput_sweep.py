@@ -25,6 +25,15 @@ description:
     level is marked, the play goes on).
   - One shared connection pool without a connection cap; connections are opened before each
     level; the O(warmup) requests are not measured.
+  - Before each level a short warm-up round at the level's own concurrency (O(level_warmup)) lets
+    the server compile kernels for the new batch shapes; it is reported per level and never
+    counted in the level's numbers.
+  - Each level is checked for drift (throughput of the two halves of its window differing by
+    more than 15%).
+  - When the server serves C(/metrics) (SGLang's C(--enable-metrics)), its own TTFT, ITL and
+    end-to-end histograms are read before and after each level and their means returned per
+    level (C(server)). On the time-scaled embedded engine these are the model's latencies, and
+    client latencies that disagree with them by more than 25% are marked not measurable.
   - Each level reports the full-run throughput (first send to last finish) and the steady-window
     throughput (while all C clients have a request in flight), and is marked C(client_limited)
     when the client's event loop, not the server, set the pace.
@@ -97,6 +106,19 @@ options:
       - Requests sent one after the other before the first level, not measured.
     type: int
     default: 1
+  level_warmup:
+    description:
+      - Before each level, send one discarded round at the level's concurrency (C requests of
+        O(level_warmup_tokens) tokens, all in flight at once), so that a server compiling kernels
+        at the first batch of each new shape (Triton on a cold SGLang) is not measured doing it.
+      - Its requests, errors (counted apart from the level's), tokens and seconds are returned in
+        each point's C(level_warmup); failures are warned about.
+    type: bool
+    default: true
+  level_warmup_tokens:
+    description: Output tokens of each level warm-up request.
+    type: int
+    default: 16
   timeout:
     description:
       - Seconds one request may take, from send to the end of its stream, queueing at the
@@ -262,6 +284,9 @@ ansible_facts:
                   in its server info); null for real servers.
               type: float
               sample: 0.02
+            metrics:
+              description: Whether the server's C(/metrics) was read (server-side latency per level).
+              type: bool
         time_base:
           description:
             - C(wall) for real servers. C(model) when the server is the time-scaled embedded engine, in
@@ -288,6 +313,11 @@ ansible_facts:
           type: dict
         warmup:
           description: Warm-up requests sent and how many succeeded (C(requests), C(ok)).
+          type: dict
+        level_warmup:
+          description:
+            - The per-level warm-up, C(enabled), C(max_tokens), and over all levels C(requests) and
+              C(errors) (failed warm-up requests). Details per level in each point's C(level_warmup).
           type: dict
         points:
           description: One item per level run, in ascending concurrency.
@@ -381,6 +411,45 @@ ansible_facts:
               description: Server snapshot after the level (C(ok), C(version),
                 C(max_running_requests), C(avg_spec_accept_length), C(last_gen_throughput), C(at)).
               type: dict
+            level_warmup:
+              description:
+                - The level's warm-up round (null with O(level_warmup=false)), C(requests), C(ok),
+                  C(errors) by kind with C(total) (not part of the level's C(errors)),
+                  C(error_messages), C(max_tokens), C(output_tokens), C(seconds) (modelled on the
+                  time-scaled engine), C(timed_out).
+              type: dict
+            drift:
+              description:
+                - Throughput in the two halves of the level's window (the steady window, else first
+                  send to last finish), C(window), C(first_half_tok_s), C(second_half_tok_s),
+                  C(ratio) (second / first), C(flagged) (the ratio is off 1 by more than
+                  C(threshold), 0.15), C(checked) (false when a half held fewer than 100 tokens or
+                  50 token chunks), C(reason).
+              type: dict
+            server:
+              description:
+                - The server's own latency over the level, from the differences of its
+                  C(/metrics) histograms before and after it (null without C(/metrics)).
+                  C(requests), C(first_tokens), C(itl_tokens) (observations), C(ttft_ms_mean),
+                  C(itl_ms_mean), C(e2e_s_mean), and C(ttft_ms_range), C(itl_ms_range),
+                  C(e2e_s_range), the bucket bounds each of p50, p90, p99 lies in.
+                - Wall-clock server time on a real server; modelled GPU time on the time-scaled
+                  embedded engine.
+              type: dict
+            latency_measurable:
+              description:
+                - Time-scaled engine only (null otherwise). False when some client latency
+                  statistic disagrees with the engine's model (C(server)) by more than 25% (the
+                  mean off by more, or a percentile outside the model's bucket range widened by
+                  25%). Without C(server), when the wall-clock value is under 10x the client's
+                  timing jitter.
+              type: bool
+            latency_unmeasurable:
+              description: "The statistics found not measurable, by quantity, for example C({itl_ms: [p50, p90, p99]})."
+              type: dict
+            latency_check:
+              description: How each quantity was checked (C(method)), C(tolerance), and the C(reasons) per quantity.
+              type: dict
         peak:
           description: The level with the highest output_tok_s among usable levels (C(concurrency),
             C(output_tok_s), C(client_limited) true only if every level was client-limited); null
@@ -466,6 +535,8 @@ def main() -> None:
             "ignore_eos": {"type": "bool", "default": True},
             "prompts": {"type": "list", "elements": "str"},
             "warmup": {"type": "int", "default": 1},
+            "level_warmup": {"type": "bool", "default": True},
+            "level_warmup_tokens": {"type": "int", "default": 16},
             "timeout": {"type": "float", "default": 900.0},
             "level_timeout": {"type": "float", "default": 1800.0},
             "sweep_timeout": {"type": "float", "default": 7200.0},

@@ -19,7 +19,9 @@ chunks with ``"text": ""`` allowed, ``"usage": null``, the finish chunk with
 Faults (counted over generation requests since the last /_config): every ``fail_http_every``-th
 request gets HTTP 500, every ``fail_stream_every``-th sends an in-stream ``{"error": ...}`` after
 half of its tokens (then [DONE], as SGLang does), every ``short_every``-th stops at half with
-``finish_reason: "stop"``; ``hang`` sends headers and then nothing.
+``finish_reason: "stop"``; ``hang`` sends headers and then nothing. ``fail_http_below_tokens``
+fails (HTTP 500) every request asking for fewer tokens than that (the sweep's level warm-up
+rounds). Drift: requests after the ``slow_after``-th run at ``rate * slow_factor``.
 
 Run: ``python knownrate_server.py [--port 0] [--slots 4 ...]``: prints ``PORT <n>`` once
 listening. POST /_config with a JSON object of ServerConfig fields reconfigures it (and resets
@@ -57,6 +59,9 @@ class ServerConfig:
     hang_s: float = 60.0
     legacy_server_info: bool = False  # answer only /get_server_info
     spec_accept_length: float | None = None
+    fail_http_below_tokens: int = 0
+    slow_after: int = 0  # 0 = never
+    slow_factor: float = 1.0
     model: str = "/models/knownrate"
     version: str = "0.5.17"
     prompt_tokens: int = 9
@@ -103,6 +108,7 @@ class KnownRateServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.generated = 0
+        self.max_tokens_seen: dict[int, int] = {}
         old = getattr(self, "release_hang", None)
         if old is not None:
             old.set()
@@ -127,6 +133,7 @@ class KnownRateServer:
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
                 "generated": self.generated,
+                "max_tokens_seen": self.max_tokens_seen,
             }
         )
 
@@ -202,7 +209,11 @@ class KnownRateServer:
         else:
             max_tokens = int((body.get("sampling_params") or {}).get("max_new_tokens") or 128)
             include_usage = False
+        self.max_tokens_seen[max_tokens] = self.max_tokens_seen.get(max_tokens, 0) + 1
         fault = self._fault(number)
+        if cfg.fail_http_below_tokens and max_tokens < cfg.fail_http_below_tokens:
+            fault = "http"
+        rate = cfg.rate * (cfg.slow_factor if cfg.slow_after and number > cfg.slow_after else 1.0)
         if fault == "http":
             return web.json_response(
                 {
@@ -237,7 +248,7 @@ class KnownRateServer:
                 j = 0
                 while sent < stop_at:
                     upto = min(sent + cfg.chunk_tokens, stop_at)
-                    due = t0 + cfg.prefill_s + upto / cfg.rate
+                    due = t0 + cfg.prefill_s + upto / rate
                     delay = due - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)

@@ -396,3 +396,69 @@ def test_module_doc() -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "latest_link" in proc.stdout and "RETURN VALUES" in proc.stdout
+
+
+# --------------------------------------------------------------------------- measurability, drift, warm-up
+def scaled_sweep(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seed sweep as if measured on the time-scaled engine: C=8 with bursty ITL percentiles,
+    C=16 with an inflated TTFT, C=48 drifting; server-side latency and warm-up on every level."""
+    sweep = json.loads(json.dumps(results[1]["sweep"]))
+    sweep["time_base"] = "model"
+    sweep["server"]["time_scale"] = 0.02
+    for point in sweep["points"]:
+        c = point["concurrency"]
+        point["server"] = {"requests": point["requests"], "first_tokens": point["requests"],
+                           "itl_tokens": point["requests"] * 1023, "ttft_ms_mean": 70.0 + c,
+                           "itl_ms_mean": 15.5, "e2e_s_mean": 16.0,
+                           "ttft_ms_range": {"p50": [0.0, 100.0]}, "itl_ms_range": {"p50": [15.0, 20.0]}}
+        point["level_warmup"] = {"requests": c, "ok": c, "errors": {"total": 0}, "max_tokens": 16,
+                                 "output_tokens": 16 * c, "seconds": 1.5}
+        point["drift"] = {"window": "steady", "first_half_tok_s": 400.0, "second_half_tok_s": 400.0,
+                          "ratio": 1.0, "flagged": False, "checked": True, "threshold": 0.15}
+        point["latency_unmeasurable"] = {}
+        point["latency_measurable"] = True
+        point["latency_check"] = {"tolerance": 0.25, "reasons": {}}
+    by_c = {p["concurrency"]: p for p in sweep["points"]}
+    by_c[8]["latency_unmeasurable"] = {"itl_ms": ["p50", "p90", "p99"]}
+    by_c[16]["latency_unmeasurable"] = {"ttft_ms": ["mean", "p50", "p90", "p99"]}
+    for c in (8, 16):
+        by_c[c]["latency_measurable"] = False
+    by_c[48]["drift"].update(second_half_tok_s=300.0, ratio=0.75, flagged=True)
+    by_c[1]["drift"].update(ratio=None, checked=False, reason="too short to split")
+    by_c[4]["level_warmup"]["errors"]["total"] = 2
+    return sweep
+
+
+def test_not_measurable_latencies_read_n_m(results: list[dict[str, Any]], tmp_path: Path) -> None:
+    sweep = scaled_sweep(results)
+    rows = {parse_row(line)[0]: parse_row(line) for line in render_table(sweep).splitlines()[2:]}
+    assert rows["8"][7:9] != ["n/m", "n/m"] and rows["8"][9:] == ["n/m", "n/m"]
+    assert rows["16"][7:9] == ["n/m", "n/m"] and rows["16"][9:] != ["n/m", "n/m"]
+    assert all("n/m" not in cell for c in ("1", "4", "32") for cell in rows[c])
+    assert rows["48~"][:7] == ["48~", "96", "96", "0", "409.0", "1024", "240.3"]  # drift marked
+    report = write_report([{"meta": results[1]["meta"], "sweep": sweep}], str(tmp_path / RUN_ID))
+    md = report["table"]
+    assert "Server-side latency (the server's /metrics histograms over each level, in the GPU time" in md
+    assert "| C | requests | TTFT mean ms | TTFT p50 ms | ITL mean ms | ITL p50 ms | e2e mean s |" in md
+    assert "| 8 | 16 | 78.0 | 0-100 | 15.50 | 15-20 | 16.00 |" in md
+    assert "n/m = not measurable at time scale 0.02" in md
+    assert "C=8 ITL p50/p90/p99; C=16 TTFT mean/p50/p90/p99" in md
+    assert "drifted within the level" in md and "C=48 (x0.75)" in md
+    assert "too short to check for drift: C=1" in md
+    assert "warm-up errors: C=4 (2 of 4)" in md
+    with open(tmp_path / RUN_ID / "summary.csv", encoding="utf-8", newline="") as handle:
+        csv_rows = {r["concurrency"]: r for r in csv.DictReader(handle)}
+    # a value that is not measurable is never written as a number
+    assert csv_rows["8"]["itl_p50_ms"] == "" and csv_rows["8"]["itl_p99_ms"] == ""
+    assert csv_rows["8"]["itl_mean_ms"] != "" and csv_rows["8"]["ttft_p50_ms"] != ""
+    assert csv_rows["16"]["ttft_mean_ms"] == "" and csv_rows["16"]["latency_measurable"] == "false"
+    assert csv_rows["8"]["server_itl_mean_ms"] == "15.5" and csv_rows["8"]["server_requests"] == "16"
+    assert csv_rows["48"]["drift_flagged"] == "true" and csv_rows["48"]["drift_ratio"] == "0.75"
+    assert csv_rows["4"]["warmup_errors"] == "2" and csv_rows["4"]["warmup_requests"] == "4"
+    assert {Path(p).name for p in report["plots"]} == {"throughput.png", "latency.png"}
+
+
+def test_wall_clock_sweep_without_new_fields_is_unchanged(results: list[dict[str, Any]]) -> None:
+    md, _ = _report.render_markdown(results[1:])
+    assert "n/m" not in md.split("Columns:", 1)[1].split("\n", 1)[1]
+    assert "Server-side latency" not in md and "drift" not in md.split("\n\n", 2)[2]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _report
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
 
 HERE = Path(__file__).resolve().parent
@@ -362,10 +364,12 @@ def test_http_500_stream_errors_and_short_outputs_are_counted(server: str) -> No
 def test_a_hung_server_ends_the_level_at_level_timeout(server: str) -> None:
     configure(server, hang=True, hang_s=30.0)
     began = time.monotonic()
+    # the levels' own time limits are under test here: no level warm-up (which would hang too,
+    # for its own level_timeout; see test_level_warmup_on_a_hung_server)
     facts = sw.run_sweep(
         sw.SweepOptions(
             url=server, concurrency=[1, 2], requests=4, warmup=0, max_tokens=10,
-            timeout=30.0, level_timeout=0.6, sweep_timeout=1.2,
+            timeout=30.0, level_timeout=0.6, sweep_timeout=1.2, level_warmup=False,
         )
     )
     elapsed = time.monotonic() - began
@@ -528,3 +532,393 @@ def test_to_model_time_converts_rates_and_times_of_a_scaled_engine() -> None:
     untouched = [{"output_tok_s": 1.0}]
     to_model_time(untouched, [], 1.0)
     assert untouched == [{"output_tok_s": 1.0}]
+
+
+# ------------------------------------------------------------------------------------------------
+# Drift within a level
+# ------------------------------------------------------------------------------------------------
+
+
+def test_drift_compares_the_two_halves_of_the_window() -> None:
+    steady = [[(i * 0.01, 1.0) for i in range(1000)]]  # 100 tok/s for 10 s
+    drift = sw.drift_check(steady, 0.0, 10.0, "steady")
+    assert drift["checked"] and not drift["flagged"] and drift["window"] == "steady"
+    assert drift["first_half_tok_s"] == pytest.approx(100.0) and drift["ratio"] == pytest.approx(1.0)
+    # second half 30% slower (70 tok/s): flagged
+    slowing = [[(i * 0.01, 1.0) for i in range(500)] + [(5.0 + i / 70.0, 1.0) for i in range(350)]]
+    drift = sw.drift_check(slowing, 0.0, 10.0, "steady")
+    assert drift["flagged"] and drift["ratio"] == pytest.approx(0.7, abs=0.005)
+    assert drift["second_half_tok_s"] == pytest.approx(70.0, abs=0.5)
+    # 10% slower, split over two requests with 3-token chunks: inside the 15% threshold
+    mild = [[(i * 0.03, 3.0) for i in range(167)], [(5.0 + i * 0.0333, 3.0) for i in range(150)]]
+    drift = sw.drift_check(mild, 0.0, 10.0, "level")
+    assert drift["checked"] and not drift["flagged"] and 0.85 < drift["ratio"] < 0.95
+    # a short level says so instead of flagging, even with a large difference
+    short = [[(i * 0.1, 1.0) for i in range(40)] + [(4.0 + i * 0.5, 1.0) for i in range(4)]]
+    drift = sw.drift_check(short, 0.0, 6.0, "level")
+    assert not drift["checked"] and not drift["flagged"] and drift["ratio"] is None
+    assert "too short" in drift["reason"]
+
+
+def test_a_level_whose_server_slows_down_is_flagged(server: str) -> None:
+    # requests 1-4 at 1000 tok/s, 5-8 at 500 tok/s: the second half of the level is slower
+    configure(server, rate=1000.0, prefill_s=0.01, slots=4, slow_after=4, slow_factor=0.5)
+    facts = sw.run_sweep(
+        sw.SweepOptions(url=server, concurrency=[1], requests=8, warmup=0, level_warmup=False, max_tokens=100)
+    )
+    drift = facts["points"][0]["drift"]
+    assert drift["window"] == "steady" and drift["checked"] and drift["flagged"], drift
+    assert drift["ratio"] < 0.85 and drift["second_half_tok_s"] < drift["first_half_tok_s"]
+    assert any("throughput changed within the level" in w for w in facts["warnings"])
+    table = _report.render_table(facts)
+    assert "| 1~ | 8 | 8 | 0 |" in table
+
+
+# ------------------------------------------------------------------------------------------------
+# Level warm-up
+# ------------------------------------------------------------------------------------------------
+
+
+def _stats(base: str) -> dict[str, Any]:
+    with urllib.request.urlopen(base + "/_stats", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_level_warmup_runs_at_the_level_concurrency_and_is_not_counted(server: str) -> None:
+    configure(server, rate=2000.0, prefill_s=0.01, slots=8)
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[2, 4], requests=4, warmup=1, max_tokens=40))
+    # the start's warm-up (40 tokens), C warm-up requests of 16 tokens per level, 4 measured of 40
+    assert _stats(server)["max_tokens_seen"] == {"16": 2 + 4, "40": 1 + 4 + 4}
+    for point in facts["points"]:
+        c = point["concurrency"]
+        assert point["requests"] == 4 and point["ok"] == 4 and point["output_tokens"] == 4 * 40
+        assert point["errors"]["total"] == 0
+        warm = point["level_warmup"]
+        assert (warm["requests"], warm["ok"], warm["errors"]["total"]) == (c, c, 0)
+        assert warm["max_tokens"] == 16 and warm["output_tokens"] == 16 * c and warm["seconds"] > 0
+        # a real (wall-clock) server: nothing to check the latencies against, no /metrics here
+        assert point["latency_measurable"] is None and point["server"] is None
+    assert len(facts["records"]) == 8 and all(r["output_tokens"] == 40 for r in facts["records"])
+    assert facts["level_warmup"] == {"enabled": True, "max_tokens": 16, "requests": 6, "errors": 0}
+    assert facts["server"]["metrics"] is False
+    assert any("no server-side latency" in w for w in facts["warnings"])
+    # the warm-up round has all C requests in flight at once (the level itself only 1 here)
+    configure(server, rate=2000.0, prefill_s=0.05, slots=8)
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[3], requests=1, warmup=0, max_tokens=40))
+    assert _stats(server)["max_in_flight"] == 3 and facts["points"][0]["level_warmup"]["requests"] == 3
+    # off: nothing but the measured requests
+    configure(server, rate=2000.0, prefill_s=0.01, slots=8)
+    facts = sw.run_sweep(
+        sw.SweepOptions(url=server, concurrency=[2], requests=4, warmup=0, level_warmup=False, max_tokens=40)
+    )
+    assert _stats(server)["max_tokens_seen"] == {"40": 4} and facts["points"][0]["level_warmup"] is None
+    with pytest.raises(sw.SweepError, match="level_warmup_tokens"):
+        sw.SweepOptions(url=server, level_warmup_tokens=0).normalized()
+
+
+def test_failed_level_warmup_is_reported_not_counted(server: str) -> None:
+    configure(server, rate=2000.0, prefill_s=0.01, slots=8, fail_http_below_tokens=20)
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[2], requests=4, warmup=0, max_tokens=40))
+    point = facts["points"][0]
+    assert point["ok"] == 4 and point["errors"]["total"] == 0 and point["error_rate"] == 0
+    warm = point["level_warmup"]
+    assert warm["ok"] == 0 and warm["errors"]["http"] == 2 and warm["errors"]["total"] == 2
+    assert any("injected" in m for m in warm["error_messages"])
+    assert facts["level_warmup"]["errors"] == 2
+    assert any("2 of 2 level warm-up requests failed (http 2)" in w for w in facts["warnings"])
+
+
+def test_level_warmup_on_a_hung_server_ends_at_level_timeout(server: str) -> None:
+    configure(server, hang=True, hang_s=30.0)
+    began = time.monotonic()
+    facts = sw.run_sweep(
+        sw.SweepOptions(url=server, concurrency=[2], requests=2, warmup=0, max_tokens=10,
+                        timeout=30.0, level_timeout=0.5, sweep_timeout=5.0)
+    )
+    assert time.monotonic() - began < 3.0
+    point = facts["points"][0]
+    assert point["level_warmup"]["timed_out"] and point["level_warmup"]["errors"]["timeout"] == 2
+    assert point["level_timed_out"] and point["errors"]["timeout"] == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# Server-side latency: histogram deltas on the recorded /metrics of real SGLang 0.5.17
+# ------------------------------------------------------------------------------------------------
+
+METRICS = ROOT / "tests" / "fixtures" / "metrics"
+
+
+def _metrics_text(kind: str) -> str:
+    return (METRICS / f"sglang-0.5.17-h200-{kind}.txt").read_text()
+
+
+def _observe(text: str, family: str, values: list[float]) -> str:
+    """The exposition text after ``values`` more observations of ``family`` (in its streaming
+    series, or its only series), as the server would render them."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(f"sglang:{family}_") and ('is_streaming="true"' in line or "is_streaming" not in line):
+            head, _, raw = line.rpartition(" ")
+            value = float(raw)
+            if head.startswith(f"sglang:{family}_sum"):
+                value += math.fsum(values)
+            elif head.startswith(f"sglang:{family}_count"):
+                value += len(values)
+            else:
+                bound = float(re.search(r'le="([^"]+)"', head).group(1))
+                value += sum(1 for v in values if v <= bound)
+            line = f"{head} {value!r}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_parse_histograms_of_the_recordings() -> None:
+    dense = sw.parse_histograms(_metrics_text("dense"))
+    assert set(dense) == {"ttft", "itl", "e2e"}
+    # TTFT and e2e have an is_streaming="false" (3 requests) and a "true" (180) series: summed
+    assert dense["ttft"]["count"] == 183
+    assert dense["ttft"]["sum"] == pytest.approx(8.186050262000037 + 6.625999023999782)
+    assert dense["ttft"]["buckets"][0.1] == 2 + 179 and dense["ttft"]["buckets"][math.inf] == 183
+    assert dense["itl"]["count"] == 44972 and dense["itl"]["sum"] == pytest.approx(631.9315783480008)
+    assert dense["itl"]["buckets"][0.02] == 41404 and len(dense["itl"]["buckets"]) == 24
+    hybrid = sw.parse_histograms(_metrics_text("hybrid"))
+    assert hybrid["e2e"]["count"] == 55
+    assert hybrid["e2e"]["sum"] == pytest.approx(4.961665680999971 + 185.83196994600019)
+    assert hybrid["itl"]["count"] == 12332 and hybrid["itl"]["buckets"][0.006] == 11695
+    # other histograms (queue time, token counts) are not taken; nor a server without them
+    assert sw.parse_histograms("sglang:queue_time_seconds_sum 3.0\nsglang:queue_time_seconds_count 2.0\n") == {}
+    assert sw.parse_histograms("") == {}
+    # the older "sglang_" prefix is read as well
+    assert sw.parse_histograms("sglang_inter_token_latency_seconds_count 4.0\n")["itl"]["count"] == 4
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_server_latency_from_histogram_deltas(kind: str) -> None:
+    before_text = _metrics_text(kind)
+    ttfts = [0.05, 0.07, 0.09, 0.15]
+    itls = [0.0045] * 90 + [0.03] * 10  # p50 in (4, 6] ms, p99 in (25, 30] ms
+    e2es = [1.2, 1.3, 1.4, 9.0]
+    after_text = _observe(before_text, "time_to_first_token_seconds", ttfts)
+    after_text = _observe(after_text, "inter_token_latency_seconds", itls)
+    after_text = _observe(after_text, "e2e_request_latency_seconds", e2es)
+    before, after = sw.parse_histograms(before_text), sw.parse_histograms(after_text)
+    level = sw.server_latency(before, after)
+    assert level is not None
+    assert (level["requests"], level["first_tokens"], level["itl_tokens"]) == (4, 4, 100)
+    assert level["ttft_ms_mean"] == pytest.approx(90.0, abs=1e-3)
+    assert level["itl_ms_mean"] == pytest.approx((90 * 4.5 + 10 * 30.0) / 100, abs=1e-3)
+    assert level["e2e_s_mean"] == pytest.approx(3.225, abs=1e-4)
+    assert level["itl_ms_range"] == {"p50": [4.0, 6.0], "p90": [4.0, 30.0], "p99": [25.0, 30.0]}
+    # 4 TTFTs: p99 lies between the 3rd (90 ms) and the 4th (150 ms), in (0, 0.1] and (0.1, 0.2]
+    assert level["ttft_ms_range"]["p50"] == [0.0, 100.0] and level["ttft_ms_range"]["p99"] == [0.0, 200.0]
+    assert level["e2e_s_range"]["p50"] == [1.0, 2.0] and level["e2e_s_range"]["p99"] == [1.0, 10.0]
+    # the client's own percentiles (same rule) of the same samples lie in those ranges
+    for p in (50, 90, 99):
+        lo, hi = level["itl_ms_range"][f"p{p}"]
+        assert lo <= sw.percentile(itls, p) * 1000.0 <= hi
+    # nothing moved, a restart (counts went down), or no histograms at all: no server latency
+    assert sw.server_latency(before, before) is None
+    assert sw.server_latency(after, before) is None
+    assert sw.server_latency({}, {}) is None
+    # a fresh server (families absent before the first request) counts from zero
+    fresh = sw.server_latency({}, before)
+    assert fresh is not None and fresh["itl_tokens"] == before["itl"]["count"]
+
+
+def test_histogram_rank_range_matches_the_client_percentile_rule() -> None:
+    import random
+
+    rng = random.Random(7)
+    bounds = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.04, 0.08, math.inf)
+    for n in (1, 2, 7, 50, 333):
+        samples = [rng.lognormvariate(-4.6, 0.6) for _ in range(n)]
+        hist = {"sum": sum(samples), "count": float(n),
+                "buckets": {b: float(sum(1 for s in samples if s <= b)) for b in bounds}}
+        for p in (0, 50, 90, 99, 100):
+            lo, hi = sw.histogram_rank_range(hist, p)
+            assert lo <= sw.percentile(samples, p) <= hi, (n, p)
+    assert sw.histogram_rank_range({"sum": 0.0, "count": 0.0, "buckets": {}}, 50) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# Measurability of time-scaled latencies
+# ------------------------------------------------------------------------------------------------
+
+
+def _scaled_point(**server: Any) -> dict[str, Any]:
+    """A C=4 level of the 27B demo engine at time scale 0.02, converted to modelled time."""
+    return {
+        "concurrency": 4,
+        "client": {"loop_lag_ms_p99": 2.0, "cpu_util": 0.3},
+        "ttft_ms": {"mean": 170.0, "p50": 165.0, "p90": 190.0, "p99": 199.0},
+        "itl_ms": {"mean": 7.8, "p50": 0.3, "p90": 1.0, "p99": 40.0},  # bursts: gaps of ~0 and of steps
+        "tpot_ms": {"mean": 7.9, "p50": 7.9, "p90": 8.0, "p99": 8.1},
+        "e2e_s": {"mean": 8.1, "p50": 8.1, "p90": 8.2, "p99": 8.3},
+        "server": {
+            "requests": 8, "first_tokens": 8, "itl_tokens": 8184,
+            "ttft_ms_mean": 162.7, "itl_ms_mean": 7.71, "e2e_s_mean": 8.05,
+            "ttft_ms_range": {"p50": [100.0, 200.0], "p90": [100.0, 200.0], "p99": [100.0, 200.0]},
+            "itl_ms_range": {"p50": [6.0, 8.0], "p90": [8.0, 10.0], "p99": [8.0, 10.0]},
+            "e2e_s_range": {"p50": [8.0, 10.0], "p90": [8.0, 10.0], "p99": [8.0, 10.0]},
+            **server,
+        },
+    }
+
+
+def test_check_latency_against_the_server_model() -> None:
+    point = _scaled_point()
+    sw.check_latency(point, 0.02)
+    # ITL mean agrees (7.8 vs 7.71), its percentiles are event-loop bursts; the rest agrees
+    assert point["latency_unmeasurable"] == {"itl_ms": ["p50", "p90", "p99"]}
+    assert point["latency_measurable"] is False
+    check = point["latency_check"]
+    assert check["method"] == {k: "server_metrics" for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_s")}
+    reason = check["reasons"]["itl_ms"]
+    assert "p50 0.3 ms outside the model's 6-8 ms" in reason
+    assert "time scale 0.02" in reason and "0.154 ms of wall time" in reason and "2 ms" in reason
+    # a mean off by more than 25% (TTFT inflated by magnified client overhead): all its statistics
+    point = _scaled_point(ttft_ms_mean=78.0, ttft_ms_range={"p50": [0.0, 100.0], "p99": [100.0, 200.0]})
+    sw.check_latency(point, 0.02)
+    assert point["latency_unmeasurable"]["ttft_ms"] == ["mean", "p50", "p90", "p99"]
+    assert "mean 170 ms vs the model's 78 ms" in point["latency_check"]["reasons"]["ttft_ms"]
+    # everything within 25%: measurable
+    point = _scaled_point()
+    point["itl_ms"] = {"mean": 7.5, "p50": 7.0, "p90": 9.0, "p99": 12.0}
+    sw.check_latency(point, 0.1)
+    assert point["latency_measurable"] is True and point["latency_unmeasurable"] == {}
+
+
+def test_check_latency_without_server_histograms() -> None:
+    point = _scaled_point()
+    point["server"] = None
+    sw.check_latency(point, 0.02)
+    # wall-clock p50s: TTFT 3.3 ms and ITL 0.006 ms are under 10x the 2 ms jitter; e2e 162 ms is not
+    assert set(point["latency_unmeasurable"]) == {"ttft_ms", "itl_ms"}
+    assert point["latency_check"]["method"]["itl_ms"] == "client_jitter"
+    assert "no server histogram" in point["latency_check"]["reasons"]["ttft_ms"]
+
+
+def test_to_model_time_converts_drift_and_warmup() -> None:
+    points = [{"output_tok_s": 5000.0, "duration_s": 2.0,
+               "drift": {"first_half_tok_s": 5000.0, "second_half_tok_s": 4000.0, "ratio": 0.8},
+               "level_warmup": {"seconds": 0.1, "requests": 4},
+               "server": {"ttft_ms_mean": 80.0}}]
+    sw.to_model_time(points, [], 0.02)
+    p = points[0]
+    assert p["drift"]["first_half_tok_s"] == 100.0 and p["drift"]["second_half_tok_s"] == 80.0
+    assert p["drift"]["ratio"] == 0.8 and p["wall"]["drift"]["first_half_tok_s"] == 5000.0
+    assert p["level_warmup"]["seconds"] == 5.0 and p["wall"]["level_warmup_seconds"] == 0.1
+    assert p["server"] == {"ttft_ms_mean": 80.0}  # already modelled by the engine
+
+
+# ------------------------------------------------------------------------------------------------
+# End to end: the time-scaled embedded engine (the demo's 27B MTP + HiCache on an H200)
+# ------------------------------------------------------------------------------------------------
+
+ENGINE_SCALE = 0.02  # the local inventory's scale before this check existed: 50x the GPU
+ENGINE_ARGV = [
+    "--model-path", str(ROOT / "data" / "models" / "qwen3.6-27b"), "--served-model-name", "qwen3.6-27b",
+    "--host", "127.0.0.1", "--mem-fraction-static", "0.8", "--max-running-requests", "32",
+    "--cuda-graph-max-bs-decode", "32", "--enable-metrics", "--speculative-algorithm", "NEXTN",
+    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+    "--mamba-radix-cache-strategy", "extra_buffer", "--enable-hierarchical-cache", "--hicache-size", "4",
+    "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
+    "--hicache-mem-layout", "page_first_direct",
+]
+ENGINE_ENV = {
+    "LLMOPS_SGLANG_RELEASE": "0.5.23", "LLMOPS_SIM_GPUS": "NVIDIA H200", "CUDA_VISIBLE_DEVICES": "0",
+    "LLMOPS_SIM_TIME_SCALE": str(ENGINE_SCALE), "LLMOPS_SIM_HOST_MEM_AVAILABLE_GB": "200",
+}
+
+
+@pytest.fixture(scope="module")
+def scaled_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), **ENGINE_ENV)
+    env.pop("LLMOPS_SIM_ACCEPT_LENGTH", None)
+    log = tmp_path_factory.mktemp("engine") / "engine.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ansible_collections.llmops.sglang.plugins.module_utils._engine",
+             *ENGINE_ARGV, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60.0
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"engine not ready: {log.read_text()[-3000:]}")
+            time.sleep(0.05)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _modelled_level(concurrency: int, max_tokens: int) -> dict[str, Any]:
+    """What the performance model alone says of a closed-loop level (no HTTP, no clock)."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _engine, _flags, _perfmodel
+
+    args = vars(_flags.build_parser("0.5.23").parse_args([*ENGINE_ARGV, "--port", "1"]))
+    plan = _perfmodel.plan_engine(args, _perfmodel.load_model_config(args["model_path"]),
+                                  _perfmodel.find_gpu("NVIDIA H200"), "0.5.23", int(200e9))
+    prompt = round(sum(_engine._estimate_tokens(p) for p in sw.DEFAULT_PROMPTS) / len(sw.DEFAULT_PROMPTS))
+    return _perfmodel.simulate_level(_engine._apply_accept_length(plan), concurrency, max(2 * concurrency, 8),
+                                     max_tokens, prompt_tokens=prompt)
+
+
+def test_time_scaled_latencies_agree_with_the_model_or_say_not_measurable(scaled_engine: str) -> None:
+    facts = sw.run_sweep(sw.SweepOptions(url=scaled_engine, concurrency=[1, 4, 8], max_tokens=256))
+    assert facts["time_base"] == "model" and facts["server"]["time_scale"] == ENGINE_SCALE
+    assert facts["server"]["metrics"] is True
+    table = _report.render_table(facts).splitlines()[2:]
+    for point, row in zip(facts["points"], table, strict=True):
+        server = point["server"]
+        c = point["concurrency"]
+        assert server["requests"] == server["first_tokens"] == point["requests"] == point["ok"], point
+        # the engine's histograms hold modelled time: a 27B decode step on an H200 takes milliseconds
+        # (the wall-clock gaps at this scale are 50x shorter)
+        assert 3.0 < server["itl_ms_mean"] < 30.0, server
+        assert point["level_warmup"]["ok"] == c
+        marks = point["latency_unmeasurable"]
+        for key in ("ttft_ms", "itl_ms"):
+            for stat in ("mean", "p50", "p99"):
+                value = point[key][stat]
+                if stat in marks.get(key, []):
+                    assert point["latency_measurable"] is False and point["latency_check"]["reasons"][key]
+                    continue
+                # never silently off: an unmarked value agrees with the engine's own model
+                if stat == "mean":
+                    assert value == pytest.approx(server[f"{key}_mean"], rel=0.25), (c, key, point)
+                else:
+                    lo, hi = server[f"{key}_range"][stat]
+                    assert lo * 0.75 <= value <= (math.inf if hi is None else hi * 1.25), (c, key, stat, point)
+        cells = parse_cells(row)
+        for column, path in ((7, ("ttft_ms", "p50")), (8, ("ttft_ms", "p99")), (9, ("itl_ms", "p50")),
+                             (10, ("itl_ms", "p99"))):
+            assert (cells[column] == "n/m") == (path[1] in marks.get(path[0], [])), (c, row, marks)
+    # and the engine's modelled histograms are the performance model's numbers (C=1: nothing to share)
+    model = _modelled_level(1, 256)
+    server = facts["points"][0]["server"]
+    assert server["e2e_s_mean"] == pytest.approx(model["mean_latency_s"], rel=0.05)
+    assert server["ttft_ms_mean"] == pytest.approx(model["mean_ttft_s"] * 1000.0, rel=0.10)
+    if any(p["latency_unmeasurable"] for p in facts["points"]):
+        assert any("not measurable at this scale" in w for w in facts["warnings"])
+
+
+def parse_cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
