@@ -19,25 +19,40 @@ def _instance_paths(base_dir: str, name: str) -> dict[str, str]:
 
 
 def _wait_spec(instance: dict[str, Any], plan: dict[str, Any], engine: str = "sglang",
-               explicit: float = 0, time_scale: float = 1.0) -> dict[str, Any]:
-    """A plan instance -> one entry of llmops.sglang.wait_ready's ``instances``."""
+               explicit: float = 0, time_scale: float = 1.0, backend: str = "process") -> dict[str, Any]:
+    """A plan instance -> one entry of llmops.sglang.wait_ready's ``instances`` (with its pid
+    file on the process backend, its unit on systemd: how a death while loading is seen)."""
     hicache = plan.get("hicache") or {}
     try:
-        return {
+        spec = {
             "name": instance["name"],
             "url": instance["connect_url"],
             "timeout": ready_timeout(engine=engine, pin_seconds=float(hicache.get("pin_seconds_estimate") or 0),
                                      explicit_s=float(explicit or 0), time_scale=float(time_scale)),
             "log_file": instance["paths"]["log_file"],
-            "pid_file": instance["paths"]["pid_file"],
         }
+        if backend == "systemd":
+            spec["unit"] = instance["unit"]
+        else:
+            spec["pid_file"] = instance["paths"]["pid_file"]
+        return spec
     except (KeyError, TypeError) as err:
         raise AnsibleFilterError(f"wait_spec: not an instance of the plan ({err})") from err
 
 
-def _service_records(services: dict[str, Any], restarted: list[str] | None = None) -> dict[str, Any]:
+def _main_pid(result: dict[str, Any]) -> int | None:
+    main_pid = (result.get("status") or {}).get("MainPID")
+    return int(main_pid) if str(main_pid or "").isdigit() and int(main_pid) > 0 else None
+
+
+def _service_records(services: dict[str, Any], restarted: list[str] | None = None,
+                     units: dict[str, Any] | None = None) -> dict[str, Any]:
     """The start tasks' loop results -> name -> {pid, started}. detached_service returns the
-    pid whether it started the server or found it running; systemd_service its MainPID."""
+    pid whether it started the server or found it running; for systemd the pid is the MainPID
+    of ``units`` (a systemd_service query after the start: the start's own result carries the
+    state from before it)."""
+    main_pids = {(r.get("item") or {}).get("name"): _main_pid(r)
+                 for r in (units or {}).get("results", []) or [] if not r.get("skipped")}
     records: dict[str, Any] = {}
     for res in (services or {}).get("results", []) or []:
         name = (res.get("item") or {}).get("name")
@@ -45,8 +60,7 @@ def _service_records(services: dict[str, Any], restarted: list[str] | None = Non
             continue
         pid = res.get("pid")
         if pid is None:
-            main_pid = (res.get("status") or {}).get("MainPID")
-            pid = int(main_pid) if str(main_pid or "").isdigit() and int(main_pid) > 0 else None
+            pid = main_pids.get(name) or _main_pid(res)
         records[name] = {"pid": pid, "started": bool(res.get("changed")) or name in (restarted or [])}
     return records
 
@@ -64,9 +78,10 @@ def _deployment_manifest(plan: dict[str, Any], *, host: str, engine: str, servic
 
 def _deployment_diff(plan: dict[str, Any], previous: dict[str, Any] | None, changed: list[str] | None,
                      engine_changed: bool = False) -> dict[str, Any]:
-    """What a deploy does to each instance: {restart: [names whose script, environment or engine
-    changed], remove: [records of the previous manifest that the plan no longer has], keep: [names]}.
-    Instances that are not running are started by the start phase whatever this says."""
+    """What a deploy does to each instance: {restart: [names whose script, environment or
+    engine changed: stopped, then started again], remove: [records of the previous manifest
+    that the plan no longer has], keep: [names]}. Instances that are not running are started
+    by the start phase whatever this says."""
     planned = [i["name"] for i in plan.get("instances", [])]
     touched = set(planned) if engine_changed else set(changed or []) & set(planned)
     restart = [name for name in planned if name in touched]

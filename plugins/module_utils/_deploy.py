@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 import urllib.error
@@ -79,6 +80,40 @@ def pid_alive(pid_file: str | None) -> bool | None:
     return record.starttime is None or stat.starttime == record.starttime
 
 
+def unit_state(unit: str, runner: Callable[[list[str]], str] | None = None) -> dict[str, str]:
+    """ActiveState, SubState, NRestarts and ExecMainStatus of a systemd unit ({} when systemctl
+    cannot tell)."""
+    def run(argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout if done.returncode == 0 else ""
+
+    text = (runner or run)(["systemctl", "show", unit,
+                            "--property=ActiveState,SubState,NRestarts,ExecMainStatus"])
+    state = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            state[key.strip()] = value.strip()
+    return state
+
+
+def unit_failed(state: dict[str, str], restarts_before: int) -> str:
+    """Why a unit being waited for has failed ('' when it has not): it is failed, or systemd
+    restarted it (Restart=on-failure: the server died while loading)."""
+    if not state:
+        return ""
+    if state.get("ActiveState") == "failed":
+        return f"its unit failed (exit status {state.get('ExecMainStatus', '?')})"
+    restarts = int(state.get("NRestarts") or 0) if str(state.get("NRestarts", "")).isdigit() else 0
+    if restarts > restarts_before or state.get("SubState") == "auto-restart":
+        return (f"its unit's server exited while loading (exit status {state.get('ExecMainStatus', '?')}) and "
+                "systemd restarts it")
+    return ""
+
+
 def log_tail(path: str | None, lines: int = 50) -> str:
     """The last `lines` lines of a log file ('' when unreadable)."""
     return "\n".join(_detached.log_tail(path, lines)) if path else ""
@@ -111,11 +146,13 @@ def wait_for_ready(
     getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    unit_reader: Callable[[str], dict[str, str]] = unit_state,
 ) -> dict[str, dict[str, Any]]:
     """Poll every instance's /health_generate in parallel until 200, death or its timeout.
 
-    Each instance: {name, url, timeout, log_file?, pid_file?}. A process that died while
-    loading fails at once (no point waiting out its timeout). Returns name -> result:
+    Each instance: {name, url, timeout, log_file?, pid_file?, unit?}. A server that died while
+    loading fails at once (no point waiting out its timeout): its pid file names a dead
+    process, or its systemd unit failed or was restarted by systemd. Returns name -> result:
     {ready, status, waited_s, ready_at, reason, log_tail}.
     """
     results: dict[str, dict[str, Any]] = {}
@@ -127,6 +164,9 @@ def wait_for_ready(
         url = inst["url"].rstrip("/") + "/health_generate"
         status = 0
         reason = ""
+        unit = inst.get("unit")
+        before = unit_reader(unit) if unit else {}
+        restarts_before = int(before.get("NRestarts") or 0) if str(before.get("NRestarts", "")).isdigit() else 0
         while True:
             status, _ = getter(url, request_timeout, api_key)
             if status == 200:
@@ -134,8 +174,11 @@ def wait_for_ready(
                        "ready_at": utc_now(), "reason": "", "log_tail": ""}
                 break
             alive = pid_alive(inst.get("pid_file"))
+            failed = unit_failed(unit_reader(unit), restarts_before) if unit else ""
             if alive is False:
                 reason = "the server process exited before it became ready"
+            elif failed:
+                reason = failed
             elif clock() >= deadline:
                 reason = f"no 200 from {url} within {inst.get('timeout')} s (last status {status or 'no answer'})"
             if reason:
@@ -172,24 +215,35 @@ def server_info(base_url: str, api_key: str | None = None, timeout: float = 10.0
     return None
 
 
+def process_state(inst: dict[str, Any], pids: list[int] | None) -> str:
+    """running (live processes found: its process group, or its systemd unit's control group),
+    dead (a pid file naming no live server), stopped (neither), unknown (not looked for)."""
+    if pids:
+        return "running"
+    alive = pid_alive((inst.get("paths") or {}).get("pid_file"))
+    if alive is not None:
+        return "running" if alive else "dead"
+    return "stopped" if pids is not None else "unknown"
+
+
 def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: float = 10.0,
                     getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
-                    ) -> dict[str, Any]:
+                    pids: list[int] | None = None) -> dict[str, Any]:
     """Status of one manifest instance (schema 2, ``_manifest.normalize``): process, health,
-    version, effective limits."""
+    version, effective limits. ``pids``: its live processes (``_ownership``), when looked for."""
     url = (inst.get("connect_url") or "").rstrip("/")
     health, _ = getter(url + "/health", timeout, api_key) if url else (0, b"")
     info = server_info(url, api_key, timeout, getter) if health == 200 else None
     states = (info or {}).get("internal_states") or [{}]
     state0 = states[0] if isinstance(states, list) and states else {}
-    alive = pid_alive((inst.get("paths") or {}).get("pid_file"))
     return {
         "name": inst["name"],
         "url": url,
         "up": health == 200,
         "health": health,
-        "process": {True: "running", False: "dead", None: "unknown"}[alive],
+        "process": process_state(inst, pids),
         "pid": inst.get("pid"),
+        "pids": sorted(pids or []),
         "version": (info or {}).get("version"),
         "max_running_requests": (info or {}).get("max_running_requests"),
         "avg_spec_accept_length": state0.get("avg_spec_accept_length"),

@@ -86,8 +86,16 @@ instances:
     url: {description: Base URL for clients on this host., type: str}
     up: {description: C(/health) answered 200., type: bool}
     health: {description: HTTP status of C(/health) (0 = no answer)., type: int}
-    process: {description: "C(running), C(dead) or C(unknown) from the pid file.", type: str}
+    process:
+      description:
+        - V(running) (live processes in its process group or session, or in its systemd unit's
+          control group), V(dead) (a pid file naming no live server), V(stopped) (neither).
+      type: str
     pid: {description: The pid recorded in the manifest., type: int}
+    pids:
+      description: Its live processes (the leader, the scheduler and detokenizer children).
+      type: list
+      elements: int
     version: {description: SGLang version from server info., type: str}
     max_running_requests: {description: Effective limit from server info., type: int}
     avg_spec_accept_length: {description: Average speculative accept length of DP rank 0., type: float}
@@ -104,6 +112,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
 from ansible_collections.llmops.sglang.plugins.module_utils._deploy import instance_status
 from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import read_service_manager
+from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
 
 
 def main() -> None:
@@ -123,8 +132,12 @@ def main() -> None:
     manifest = found["manifest"]
     results = []
     if manifest is not None and params["probe"]:
-        results = [instance_status(inst, params["api_key"], params["timeout"])
-                   for inst in manifest.get("instances", [])]
+        ownership = find_ownership(params["base_dir"])
+        results = []
+        for inst in manifest.get("instances", []):
+            procs = ownership.instances.get(inst["name"])
+            results.append(instance_status(inst, params["api_key"], params["timeout"],
+                                           pids=procs.pids if procs is not None else []))
     module.exit_json(changed=False, manifest_found=manifest is not None, manifest_state=found["state"],
                      manifest_problem=found["problem"], manifest=manifest, instances=results,
                      all_up=bool(results) and all(r["up"] for r in results))

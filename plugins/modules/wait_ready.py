@@ -42,6 +42,11 @@ options:
       pid_file:
         description: The instance's pid file; a dead process fails at once.
         type: path
+      unit:
+        description:
+          - The instance's systemd unit; a unit that failed, or that systemd restarted while
+            waiting (C(Restart=on-failure) after the server died), fails at once.
+        type: str
   interval:
     description: Seconds between polls of one instance.
     type: float
@@ -121,6 +126,7 @@ def main() -> None:
                     "timeout": {"type": "float", "default": 600},
                     "log_file": {"type": "path"},
                     "pid_file": {"type": "path"},
+                    "unit": {"type": "str"},
                 },
             },
             "interval": {"type": "float", "default": 2},

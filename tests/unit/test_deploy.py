@@ -158,12 +158,18 @@ def test_service_records_and_wait_spec_filters() -> None:
     assert rec["gpu1"] == {"pid": 88, "started": True}
     assert rec["gpu2"] == {"pid": 99, "started": False}
     assert "gpu3" not in rec
+    # systemd: a unit just started reports MainPID 0 in its start result; the query after it has the pid
+    started = {"results": [{"item": {"name": "gpu0"}, "changed": True, "status": {"MainPID": "0"}}]}
+    queried = {"results": [{"item": {"name": "gpu0"}, "changed": False, "status": {"MainPID": "4242"}}]}
+    assert deploy_filters._service_records(started, [], queried)["gpu0"] == {"pid": 4242, "started": True}
     spec = deploy_filters._wait_spec(PLAN["instances"][1], PLAN, engine="sglang")
     assert spec["url"] == "http://127.0.0.1:30001"
     assert spec["pid_file"] == "/b/gpu1/server.pid" and spec["log_file"] == "/b/gpu1/server.log"
     assert spec["timeout"] == int(600 + 1.5 * 30)
     wild = _plan_instance("gpu0", 0, 30000, bind="0.0.0.0")
     assert deploy_filters._wait_spec(wild, PLAN)["url"] == "http://127.0.0.1:30000"
+    unit = deploy_filters._wait_spec(PLAN["instances"][0], PLAN, backend="systemd")
+    assert unit["unit"] == "sglang@gpu0.service" and "pid_file" not in unit
 
 
 def test_deployment_diff_says_what_to_restart_and_remove() -> None:
@@ -172,6 +178,35 @@ def test_deployment_diff_says_what_to_restart_and_remove() -> None:
     assert diff == {"restart": ["gpu1"], "remove": [{"name": "gpu2", "unit": None}], "keep": ["gpu0"]}
     everything = deploy_filters._deployment_diff(PLAN, None, [], engine_changed=True)
     assert everything == {"restart": ["gpu0", "gpu1"], "remove": [], "keep": []}
+
+
+def test_systemd_unit_failure_is_seen_while_waiting() -> None:
+    states = iter([
+        {"ActiveState": "activating", "SubState": "start", "NRestarts": "0"},  # before the wait
+        {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "1", "ExecMainStatus": "1"},
+    ])
+
+    def getter(url: str, timeout: float, key: str | None) -> tuple[int, bytes]:
+        return 503, b""
+
+    res = _deploy.wait_for_ready([{"name": "gpu0", "url": "http://x:1", "timeout": 60, "unit": "sglang@gpu0.service"}],
+                                 getter=getter, sleep=lambda _s: None, unit_reader=lambda _u: next(states))
+    assert not res["gpu0"]["ready"] and "systemd restarts it" in res["gpu0"]["reason"]
+    assert _deploy.unit_failed({"ActiveState": "failed", "ExecMainStatus": "2"}, 0).startswith("its unit failed")
+    assert _deploy.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "2"}, 2) == ""
+    assert _deploy.unit_failed({}, 0) == ""
+    shown = "ActiveState=active\nSubState=running\nNRestarts=0\nExecMainStatus=0\n"
+    assert _deploy.unit_state("u", runner=lambda argv: shown) == {
+        "ActiveState": "active", "SubState": "running", "NRestarts": "0", "ExecMainStatus": "0"}
+
+
+def test_process_state_from_ownership_and_pid_files(tmp_path) -> None:
+    inst = {"name": "gpu0", "paths": {"pid_file": str(tmp_path / "server.pid")}}
+    assert _deploy.process_state(inst, [42]) == "running"  # systemd: processes in its unit
+    assert _deploy.process_state(inst, []) == "stopped"
+    assert _deploy.process_state(inst, None) == "unknown"
+    (tmp_path / "server.pid").write_text("999999999\n")
+    assert _deploy.process_state(inst, []) == "dead"
 
 
 def test_status_line_and_instance_status() -> None:
