@@ -167,20 +167,24 @@ def reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None,
     the instances that are still running (`running`: their names) are added back. The
     embedded engine (engine "sim") models its host pools without allocating them, so
     nothing is added back for it.
+
+    ``memory.running_hicache_size_gb`` is the size the running instances were started with
+    (None when none of them runs): the plan keeps it while it still fits, so that MemAvailable
+    moving by a few hundred MB between runs does not restart healthy servers.
     """
     out = json.loads(json.dumps(facts))
     hicache = (previous or {}).get("hicache") or {}
-    if (previous or {}).get("engine") == "sim":
-        hicache = {}
-    per_instance = int(hicache.get("pinned_per_instance_bytes") or 0)
     names = {i.get("name") for i in (previous or {}).get("instances", [])}
     count = len([n for n in (running or []) if n in names])
-    reclaimed = per_instance * count
+    pinned = {} if (previous or {}).get("engine") == "sim" else hicache
+    reclaimed = int(pinned.get("pinned_per_instance_bytes") or 0) * count
     mem = out.setdefault("memory", {})
     for key in ("available_bytes", "effective_available_bytes"):
         if isinstance(mem.get(key), int):
             mem[key] += reclaimed
     mem["reclaimed_pinned_bytes"] = reclaimed
+    size = hicache.get("size_gb")
+    mem["running_hicache_size_gb"] = int(size) if count and isinstance(size, int) and size > 0 else None
     return out
 
 

@@ -599,3 +599,43 @@ def test_every_bad_input_is_named_at_once(h200x2_facts: dict[str, Any], configs:
         _plan_for(h200x2_facts, configs, "hybrid", hicache_size_gb=2.5)
     with pytest.raises(PlanError, match="not a parameter of the plan"):
         _plan_for(h200x2_facts, configs, "hybrid", max_running_request=3)
+
+
+def test_running_size_is_kept_while_it_fits(handrun_facts: dict[str, Any]) -> None:
+    """MemAvailable moves between runs; a running deployment keeps its size while it fits, and
+    is resized only when it no longer does (or when a size is given)."""
+    fresh = hicache_plan(handrun_facts, release="0.5.23", instances=4, tp_size=1, hybrid=True, spec=True)
+    largest = fresh["size_gb"]
+    facts = copy.deepcopy(handrun_facts)
+    facts["memory"]["running_hicache_size_gb"] = largest - 3
+    kept = hicache_plan(facts, release="0.5.23", instances=4, tp_size=1, hybrid=True, spec=True,
+                        keep_size_gb=largest - 3)
+    assert kept["size_gb"] == largest - 3 and kept["largest_size_gb"] == largest
+    assert any("kept" in line for line in kept["reasoning"])
+    above_target = hicache_plan(handrun_facts, release="0.5.23", instances=4, tp_size=1, hybrid=True, spec=True,
+                                keep_size_gb=largest + 5)  # above the 75% target, within available - reserve
+    assert above_target["size_gb"] == largest + 5 and above_target["kept_running_size"]
+    hard = math.floor((200 * GB - 10 * GIB) / 4 / (GB * (1 + fresh["draft_factor"])))
+    too_big = hicache_plan(handrun_facts, release="0.5.23", instances=4, tp_size=1, hybrid=True, spec=True,
+                           keep_size_gb=hard + 1)
+    assert too_big["size_gb"] == largest and any("no longer fits" in line for line in too_big["reasoning"])
+    explicit = hicache_plan(handrun_facts, release="0.5.23", instances=4, tp_size=1, hybrid=True, spec=True,
+                            keep_size_gb=largest - 3, explicit_size_gb=2)
+    assert explicit["size_gb"] == 2
+
+
+def test_the_plan_keeps_the_running_size_from_the_facts(h200x2_facts: dict[str, Any],
+                                                       configs: dict[str, Any]) -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._manifest import reclaim_pinned
+
+    first = _plan_for(h200x2_facts, configs, "hybrid")
+    size = first["hicache"]["size_gb"]
+    previous = {"engine": "sim", "hicache": first["hicache"], "instances": [{"name": "gpu0"}, {"name": "gpu1"}]}
+    moved = copy.deepcopy(h200x2_facts)
+    moved["memory"]["available_bytes"] -= 3 * GB  # other programs took a little memory meanwhile
+    moved["memory"]["effective_available_bytes"] -= 3 * GB
+    assert _plan_for(moved, configs, "hybrid")["hicache"]["size_gb"] < size  # a fresh plan would shrink
+    again = _plan_for(reclaim_pinned(moved, previous, ["gpu0", "gpu1"]), configs, "hybrid")
+    assert again["hicache"]["size_gb"] == size
+    stopped = reclaim_pinned(moved, previous, [])
+    assert stopped["memory"]["running_hicache_size_gb"] is None

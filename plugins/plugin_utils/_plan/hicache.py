@@ -76,6 +76,7 @@ def hicache_plan(
     explicit_size_gb: int | None = None,
     traits: dict[str, Any] | None = None,
     size_from: str = "--hicache-size",
+    keep_size_gb: int | None = None,
 ) -> dict[str, Any]:
     """Size ``--hicache-size`` (decimal GB per rank) so that every pool of every rank fits.
 
@@ -85,7 +86,10 @@ def hicache_plan(
     KV pool and to the Mamba pool) and draft_factor is the release's draft-model KV host pool
     (speculative decoding only). An explicit size that does not fit raises PlanError with the
     arithmetic and the largest size that fits (``size_from`` names where the size came from);
-    so does a plan with less than 1 GB per rank.
+    so does a plan with less than 1 GB per rank. Without an explicit size, ``keep_size_gb`` (the
+    size the deployment's running servers have) is kept while what it pins stays within
+    available - reserve (the fraction is the target for new sizes, not a reason to restart
+    servers), so that a re-run does not restart them because MemAvailable moved.
     """
     host = host_of(facts)
     try:
@@ -146,8 +150,15 @@ def hicache_plan(
                 f"{fit} (set 0 to size it from the facts)"
             )
         reasoning.append(f"explicit size {size} GB: {gb(total)} pinned <= budget {gb(budget)}")
+    elif keep_size_gb and keep_size_gb > 0 and pinned_rank(keep_size_gb) * ranks <= max(available - reserve, 0):
+        size = keep_size_gb
+        reasoning.append(f"kept {size} GB, the size the running servers have: it still fits the hard limit "
+                         f"({gb(pinned_rank(size) * ranks)} pinned <= {gb(available)} available - reserve); the "
+                         f"target size now is {largest} GB (stop them, or set sglang_hicache_size_gb, to resize)")
     else:
         size = largest
+        if keep_size_gb:
+            reasoning.append(f"the running servers' size {keep_size_gb} GB no longer fits: resized to {size} GB")
         if size < 1:
             raise PlanError(
                 f"not enough host memory for HiCache: {gb(available)} available - {reserve_gib:g} GiB "
@@ -178,6 +189,7 @@ def hicache_plan(
         "draft_factor": draft,
         "explicit": explicit_size_gb is not None,
         "fits": total <= budget,
+        "kept_running_size": bool(keep_size_gb) and size == keep_size_gb and explicit_size_gb is None,
         "pin_seconds_estimate": pin_seconds(per_instance),
         "reasoning": reasoning,
     }
