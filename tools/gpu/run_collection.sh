@@ -30,11 +30,16 @@ step() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
 # seconds a step may take: at most WANT, and never into the last RESERVE seconds (stop + collect)
 tmo() { local want=$1 reserve=${2:-60} left; left=$(( END - $(date +%s) - reserve )); [ "$left" -lt "$want" ] && want=$left; [ "$want" -lt 5 ] && want=5; echo "$want"; }
 play() { local t=$1; shift; timeout "$t" ansible-playbook -i "$INV" "${LIM[@]}" -e "$XVARS" "$@"; }
-pids() { python3 -c 'import json,sys
-for f in sys.argv[1:]:
-    try: m = json.load(open(f))
-    except OSError: continue
-    print(" ".join(f"{i[\"name\"]}={i[\"pid\"]}" for i in m["instances"]))' /tmp/sglang-run/*/deployment.json; }
+pids() { python3 - /tmp/sglang-run/*/deployment.json <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    try:
+        manifest = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    print(" ".join("%s=%s" % (i["name"], i["pid"]) for i in manifest["instances"]))
+PY
+}
 
 step "machine"
 nvidia-smi --query-gpu=index,name,memory.used,memory.total,driver_version --format=csv,noheader
