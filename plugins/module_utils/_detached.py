@@ -468,44 +468,42 @@ def status(spec: ServiceSpec) -> ServiceStatus:
 
 
 def belongs_to(record: PidRecord, pid: int, service: str, proc: Path = PROC) -> bool:
-    """Whether process ``pid`` is part of the service that ``record`` (its pid file) describes:
-    a member of the recorded process group or session, started no earlier than the leader in
-    this boot, and carrying the service's marker in its environment when that is readable.
+    """Whether process ``pid`` is part of the service that ``record`` (its pid file) describes.
 
-    This is how a GPU process (a re-parented SGLang scheduler: never the pid in the pid file)
-    is told apart from a foreign one. A bare pid file (no start time) needs the marker.
+    A GPU process of SGLang (its re-parented scheduler) is never the pid in the pid file. The
+    rule: the process carries the service's marker in its environment; or, when it carries no
+    marker, it is a member of the recorded process group or session (which ``start`` created
+    with setsid: only the service's descendants are in it), started in this boot no earlier than
+    the leader, and the leader's pid was not reused by another process since. A process with
+    another service's marker is not part of it.
+
+    The environment alone cannot decide: SGLang titles its scheduler and detokenizer with
+    setproctitle, which overwrites ``/proc/<pid>/environ`` (seen on an H200: the scheduler's
+    environment showed no marker). A bare pid file (no start time) needs the marker.
     """
     stat = read_stat(pid, proc)
     if stat is None or record.pgid not in (stat.pgid, stat.sid):
         return False
-    environ = read_environ(pid, proc)
-    marked = environ is not None and environ.get(MARKER_ENV) == service
-    if record.starttime is None:
-        return marked
     if record.boot_id and record.boot_id != boot_id(proc):
+        return False
+    environ = read_environ(pid, proc)
+    if environ is not None and MARKER_ENV in environ:
+        return environ[MARKER_ENV] == service
+    if record.starttime is None:
         return False
     if stat.starttime < record.starttime:
         return False
-    return environ is None or marked
+    leader = read_stat(record.pid, proc)
+    return leader is None or leader.starttime == record.starttime
 
 
 def orphans(spec: ServiceSpec, record: PidRecord) -> list[ProcStat]:
-    """Survivors of a service whose leader is gone (e.g. re-parented scheduler processes).
-
-    Only for a pid file of this boot with a start time: members of the recorded group that
-    started no earlier than the leader and carry this service's marker in their environment
-    (or whose environment cannot be read).
-    """
-    if record.starttime is None or (record.boot_id and record.boot_id != boot_id()):
+    """Survivors of a service whose leader is gone (e.g. re-parented scheduler processes):
+    the members of its recorded group or session that ``belongs_to`` the service. Only for a
+    pid file with a start time."""
+    if record.starttime is None:
         return []
-    found: list[ProcStat] = []
-    for member in group_members(record.pgid):
-        if member.starttime < record.starttime:
-            continue
-        environ = read_environ(member.pid)
-        if environ is None or environ.get(MARKER_ENV) == spec.name:
-            found.append(member)
-    return found
+    return [m for m in group_members(record.pgid) if belongs_to(record, m.pid, spec.name)]
 
 
 # --------------------------------------------------------------------------------------------

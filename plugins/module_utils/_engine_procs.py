@@ -271,12 +271,13 @@ def child_program(title: str, parent: int, executable: str, children: tuple[str,
 
 
 def _child_env() -> dict[str, str]:
-    """This process's environment (service marker included), plus PYTHONHOME: a Python started
-    as ``[title]`` cannot find itself through argv[0] and would fall back to the prefix it was
+    """What ``/proc/<child>/environ`` shows: almost nothing, as for SGLang's children, whose
+    setproctitle overwrites the environment area with the title (so a supervisor cannot find a
+    marker variable there; seen on an H200). PYTHONHOME and PATH only: a Python started as
+    ``[title]`` cannot find itself through argv[0] and would fall back to the prefix it was
     built for, which a relocated interpreter no longer has."""
-    env = dict(os.environ)
-    env.setdefault("PYTHONHOME", f"{sys.base_prefix}:{sys.base_exec_prefix}")
-    return env
+    return {"PYTHONHOME": os.environ.get("PYTHONHOME") or f"{sys.base_prefix}:{sys.base_exec_prefix}",
+            "PATH": os.environ.get("PATH", os.defpath)}
 
 
 def _start(title: str, program: str, env: dict[str, str]) -> subprocess.Popen[bytes]:

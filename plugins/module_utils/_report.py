@@ -334,7 +334,8 @@ def render_notes(sweep: dict[str, Any]) -> list[str]:
         ]
         tokens = _fmt_count(warmed[0].get("max_tokens"))
         notes.append(
-            f"Each level was warmed by C requests of {tokens} tokens at its concurrency (not measured); "
+            f"Each level was warmed by max(C, prompts) requests of {tokens}+ tokens (staggered) at its "
+            "concurrency (not measured); "
             + ("warm-up errors: " + ", ".join(failed) + "." if failed else "no warm-up errors.")
         )
     drifted = [p for p in points if _drift_flagged(p)]

@@ -108,9 +108,12 @@ options:
     default: 1
   level_warmup:
     description:
-      - Before each level, send one discarded round at the level's concurrency (C requests of
-        O(level_warmup_tokens) tokens, all in flight at once), so that a server compiling kernels
-        at the first batch of each new shape (Triton on a cold SGLang) is not measured doing it.
+      - Before each level, send one discarded round at the level's concurrency - max(C, number of
+        prompts) requests of O(level_warmup_tokens), O(level_warmup_tokens) + step, ... tokens
+        (step a quarter of it) so that the requests in flight finish one by one - so that a
+        server compiling kernels at the first batch of each new shape (Triton on a cold SGLang)
+        is not measured doing it - every prompt and every batch size from C down to 1 goes
+        through the server first.
       - Its requests, errors (counted apart from the level's), tokens and seconds are returned in
         each point's C(level_warmup); failures are warned about.
     type: bool
@@ -536,7 +539,7 @@ def main() -> None:
             "prompts": {"type": "list", "elements": "str"},
             "warmup": {"type": "int", "default": 1},
             "level_warmup": {"type": "bool", "default": True},
-            "level_warmup_tokens": {"type": "int", "default": 16},
+            "level_warmup_tokens": {"type": "int", "default": 16, "no_log": False},
             "timeout": {"type": "float", "default": 900.0},
             "level_timeout": {"type": "float", "default": 1800.0},
             "sweep_timeout": {"type": "float", "default": 7200.0},

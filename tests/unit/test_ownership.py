@@ -125,6 +125,33 @@ def test_a_process_of_the_group_without_the_marker_is_foreign(tmp_path: Path) ->
             os.kill(member.pid, signal.SIGKILL)
 
 
+def test_a_child_whose_environment_shows_no_marker_is_the_instances(tmp_path: Path) -> None:
+    """SGLang's scheduler and detokenizer set their title with setproctitle, which overwrites
+    /proc/<pid>/environ: no marker there (seen on an H200, where this made a re-deploy refuse
+    the deployment's own GPU). Membership of the service's session decides."""
+    base = tmp_path / "sglang"
+    paths = _layout.instance_paths(str(base), "gpu0")
+    Path(paths["dir"]).mkdir(parents=True)
+    script = Path(paths["launch_script"])
+    script.write_text(f"#!/bin/sh\nenv -i {sys.executable} -c 'import time; time.sleep(60)' &\n"
+                      f"exec {sys.executable} -c 'import time; time.sleep(60)' sglang.launch_server\n")
+    script.chmod(0o750)
+    spec = d.ServiceSpec(name=_layout.service_name("gpu0"), command=[str(script)], pid_file=paths["pid_file"],
+                         log_file=paths["log_file"], match="sglang.launch_server", start_grace=0.2)
+    d.start(spec)
+    leader = d.read_pid_file(spec.pid_file).pid
+    try:
+        assert _wait(lambda: len(_children(leader)) == 1)
+        child = _children(leader)[0]
+        assert d.MARKER_ENV not in (d.read_environ(child) or {})
+        assert own.find_ownership(str(base)).owner(child) == "gpu0"
+        record = d.read_pid_file(spec.pid_file)
+        assert [m.pid for m in d.orphans(spec, record)] == sorted([leader, child])
+    finally:
+        for member in d.group_members(leader):
+            os.kill(member.pid, signal.SIGKILL)
+
+
 def test_no_base_dir_or_no_instances(tmp_path: Path) -> None:
     assert own.find_ownership(None).owner_by_pid == {}
     assert own.find_ownership(str(tmp_path / "missing")).instances == {}

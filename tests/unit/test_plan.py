@@ -564,8 +564,8 @@ def test_validate_plan_collects_every_problem(monkeypatch: pytest.MonkeyPatch, h
 
 
 @pytest.mark.parametrize("zero", [0, "0", "", None, " 0 "])
-def test_automatic_sentinels_from_yaml_json_and_extra_vars(h200x2_facts: dict[str, Any], configs: dict[str, Any],
-                                                          zero: Any) -> None:
+def test_automatic_sentinels_from_yaml_json_and_extra_vars(
+        h200x2_facts: dict[str, Any], configs: dict[str, Any], zero: Any) -> None:
     """-e sglang_max_running_requests=0 arrives as the string "0": it must mean "from the
     profile", as 0 does from YAML and JSON; the same for the HiCache size and the NCCL base."""
     auto = _plan_for(h200x2_facts, configs, "hybrid", base_port=30000)
@@ -624,8 +624,8 @@ def test_running_size_is_kept_while_it_fits(handrun_facts: dict[str, Any]) -> No
     assert explicit["size_gb"] == 2
 
 
-def test_the_plan_keeps_the_running_size_from_the_facts(h200x2_facts: dict[str, Any],
-                                                       configs: dict[str, Any]) -> None:
+def test_the_plan_keeps_the_running_size_from_the_facts(
+        h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
     from ansible_collections.llmops.sglang.plugins.module_utils._manifest import reclaim_pinned
 
     first = _plan_for(h200x2_facts, configs, "hybrid")

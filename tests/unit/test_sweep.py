@@ -347,8 +347,8 @@ def test_ttft_is_stamped_at_an_empty_text_token_chunk(server: str, api: str) -> 
 def test_http_500_stream_errors_and_short_outputs_are_counted(server: str) -> None:
     configure(server, rate=2000.0, prefill_s=0.005, fail_http_every=5, fail_stream_every=3, short_every=7)
     t = 20
-    facts = sw.run_sweep(
-        sw.SweepOptions(url=server, concurrency=[4], requests=15, warmup=0, max_tokens=t)
+    facts = sw.run_sweep(  # no warm-up: the server numbers the measured requests 1..15
+        sw.SweepOptions(url=server, concurrency=[4], requests=15, warmup=0, max_tokens=t, level_warmup=False)
     )
     point = facts["points"][0]
     # requests 1..15: HTTP 500 at 5, 10, 15; in-stream error at 3, 6, 9, 12; short at 7, 14
@@ -587,25 +587,28 @@ def _stats(base: str) -> dict[str, Any]:
 def test_level_warmup_runs_at_the_level_concurrency_and_is_not_counted(server: str) -> None:
     configure(server, rate=2000.0, prefill_s=0.01, slots=8)
     facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[2, 4], requests=4, warmup=1, max_tokens=40))
-    # the start's warm-up (40 tokens), C warm-up requests of 16 tokens per level, 4 measured of 40
-    assert _stats(server)["max_tokens_seen"] == {"16": 2 + 4, "40": 1 + 4 + 4}
+    # the start's warm-up (40 tokens); per level max(C, 8 prompts) warm-up requests at
+    # concurrency C, staggered 16, 20, ... up to 16 + 4 (C - 1) tokens; 4 measured of 40
+    assert _stats(server)["max_tokens_seen"] == {"16": 4 + 2, "20": 4 + 2, "24": 2, "28": 2, "40": 1 + 4 + 4}
     for point in facts["points"]:
         c = point["concurrency"]
         assert point["requests"] == 4 and point["ok"] == 4 and point["output_tokens"] == 4 * 40
         assert point["errors"]["total"] == 0
         warm = point["level_warmup"]
-        assert (warm["requests"], warm["ok"], warm["errors"]["total"]) == (c, c, 0)
-        assert warm["max_tokens"] == 16 and warm["output_tokens"] == 16 * c and warm["seconds"] > 0
+        assert (warm["requests"], warm["ok"], warm["errors"]["total"]) == (8, 8, 0)
+        lengths = [16 + 4 * (i % c) for i in range(8)]
+        assert warm["max_tokens"] == 16 and warm["max_tokens_longest"] == max(lengths)
+        assert warm["output_tokens"] == sum(lengths) and warm["seconds"] > 0
         # a real (wall-clock) server: nothing to check the latencies against, no /metrics here
         assert point["latency_measurable"] is None and point["server"] is None
     assert len(facts["records"]) == 8 and all(r["output_tokens"] == 40 for r in facts["records"])
-    assert facts["level_warmup"] == {"enabled": True, "max_tokens": 16, "requests": 6, "errors": 0}
+    assert facts["level_warmup"] == {"enabled": True, "max_tokens": 16, "requests": 16, "errors": 0}
     assert facts["server"]["metrics"] is False
     assert any("no server-side latency" in w for w in facts["warnings"])
     # the warm-up round has all C requests in flight at once (the level itself only 1 here)
     configure(server, rate=2000.0, prefill_s=0.05, slots=8)
     facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[3], requests=1, warmup=0, max_tokens=40))
-    assert _stats(server)["max_in_flight"] == 3 and facts["points"][0]["level_warmup"]["requests"] == 3
+    assert _stats(server)["max_in_flight"] == 3 and facts["points"][0]["level_warmup"]["requests"] == 8
     # off: nothing but the measured requests
     configure(server, rate=2000.0, prefill_s=0.01, slots=8)
     facts = sw.run_sweep(
@@ -621,11 +624,11 @@ def test_failed_level_warmup_is_reported_not_counted(server: str) -> None:
     facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[2], requests=4, warmup=0, max_tokens=40))
     point = facts["points"][0]
     assert point["ok"] == 4 and point["errors"]["total"] == 0 and point["error_rate"] == 0
-    warm = point["level_warmup"]
-    assert warm["ok"] == 0 and warm["errors"]["http"] == 2 and warm["errors"]["total"] == 2
+    warm = point["level_warmup"]  # 8 requests of 16 and 20 tokens: the four of 16 fail
+    assert warm["ok"] == 4 and warm["errors"]["http"] == 4 and warm["errors"]["total"] == 4
     assert any("injected" in m for m in warm["error_messages"])
-    assert facts["level_warmup"]["errors"] == 2
-    assert any("2 of 2 level warm-up requests failed (http 2)" in w for w in facts["warnings"])
+    assert facts["level_warmup"]["errors"] == 4
+    assert any("4 of 8 level warm-up requests failed (http 4)" in w for w in facts["warnings"])
 
 
 def test_level_warmup_on_a_hung_server_ends_at_level_timeout(server: str) -> None:
@@ -893,7 +896,7 @@ def test_time_scaled_latencies_agree_with_the_model_or_say_not_measurable(scaled
         # the engine's histograms hold modelled time: a 27B decode step on an H200 takes milliseconds
         # (the wall-clock gaps at this scale are 50x shorter)
         assert 3.0 < server["itl_ms_mean"] < 30.0, server
-        assert point["level_warmup"]["ok"] == c
+        assert point["level_warmup"]["ok"] == max(c, 8)
         marks = point["latency_unmeasurable"]
         for key in ("ttft_ms", "itl_ms"):
             for stat in ("mean", "p50", "p99"):
