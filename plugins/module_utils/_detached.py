@@ -338,6 +338,7 @@ class ServiceStatus:
     stale: bool = False
     group_pids: list[int] = field(default_factory=list)
     record: PidRecord | None = None
+    adopted: bool = False  # running, found by its working directory: its pid file was missing or unreadable
 
 
 @dataclass
@@ -437,34 +438,78 @@ def _identity_ok(spec: ServiceSpec, record: PidRecord, stat: ProcStat, cmdline: 
     return bool(cmdline) and spec.command[0] in cmdline
 
 
-def status(spec: ServiceSpec) -> ServiceStatus:
-    """Observe the service; changes nothing."""
-    record = read_pid_file(spec.pid_file)
-    exists = Path(spec.pid_file).exists()
-    if record is None:
-        return ServiceStatus(running=False, pid_file_exists=exists, stale=exists)
-    stat = read_stat(record.pid)
-    cmdline = read_cmdline(record.pid) if stat is not None else []
-    if stat is None or not _identity_ok(spec, record, stat, cmdline):
-        return ServiceStatus(
-            running=False,
-            pid_file_exists=True,
-            stale=True,
-            group_pids=[s.pid for s in orphans(spec, record)],
-            record=record,
-        )
+def read_cwd(pid: int, proc: Path = PROC) -> str | None:
+    try:
+        return os.readlink(proc / str(pid) / "cwd")
+    except OSError:
+        return None
+
+
+def find_by_workdir(spec: ServiceSpec, proc: Path = PROC) -> ProcStat | None:
+    """The service's leader when its pid file cannot say (missing, unreadable, written over):
+    a live session leader (``start`` makes the server one) working in the service's ``chdir``,
+    running ``match``, and carrying the service's marker when its environment is readable.
+    Only with both ``chdir`` and ``match``; the earliest started when several qualify."""
+    if not spec.chdir or not spec.match:
+        return None
+    folder = os.path.realpath(spec.chdir)
+    found = []
+    for stat in all_stats(proc):
+        if stat.pid != stat.sid or not stat.alive or read_cwd(stat.pid, proc) != folder:
+            continue
+        if spec.match not in " ".join(read_cmdline(stat.pid, proc)):
+            continue
+        environ = read_environ(stat.pid, proc)
+        if environ is not None and environ.get(MARKER_ENV, spec.name) != spec.name:
+            continue
+        found.append(stat)
+    return min(found, key=lambda s: s.starttime) if found else None
+
+
+def _running(stat: ProcStat, record: PidRecord | None, adopted: bool = False) -> ServiceStatus:
     started = start_epoch(stat.starttime)
     return ServiceStatus(
         running=True,
         pid=stat.pid,
         pgid=stat.pgid,
-        cmdline=cmdline,
+        cmdline=read_cmdline(stat.pid),
         started_at=iso_utc(started),
         uptime=round(max(0.0, time.time() - started), 2),
-        pid_file_exists=True,
+        pid_file_exists=record is not None,
         group_pids=[s.pid for s in group_members(stat.pgid)],
         record=record,
+        adopted=adopted,
     )
+
+
+def status(spec: ServiceSpec) -> ServiceStatus:
+    """Observe the service; changes nothing. A server whose pid file is missing or unreadable
+    but that runs in the service's folder is found all the same (``adopted``)."""
+    try:
+        record = read_pid_file(spec.pid_file)
+    except DetachedServiceError:
+        record = None
+    exists = Path(spec.pid_file).exists()
+    if record is None:
+        leader = find_by_workdir(spec)
+        if leader is not None:
+            return _running(leader, None, adopted=True)
+        return ServiceStatus(running=False, pid_file_exists=exists, stale=exists)
+    stat = read_stat(record.pid)
+    cmdline = read_cmdline(record.pid) if stat is not None else []
+    if stat is None or not _identity_ok(spec, record, stat, cmdline):
+        survivors = orphans(spec, record)
+        leader = find_by_workdir(spec) if not survivors else None
+        if leader is not None:  # the pid file names another process: the server runs all the same
+            return _running(leader, None, adopted=True)
+        return ServiceStatus(
+            running=False,
+            pid_file_exists=True,
+            stale=True,
+            group_pids=[s.pid for s in survivors],
+            record=record,
+        )
+    return _running(stat, record)
 
 
 def belongs_to(record: PidRecord, pid: int, service: str, proc: Path = PROC) -> bool:
@@ -685,6 +730,18 @@ def start(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
     """Start the service unless it is running. Returns once the child runs in its own session,
     the pid file is written and ``start_grace`` has passed without the child exiting."""
     current = status(spec)
+    if current.running and current.adopted and current.pid is not None:
+        if check_mode:
+            return ActionResult(True, current, msg=f"{spec.name} runs (pid {current.pid}); its pid file would be "
+                                                   "written again")
+        leader = read_stat(current.pid)
+        if leader is not None:
+            write_pid_file(spec.pid_file, PidRecord(
+                pid=leader.pid, pgid=leader.pgid, starttime=leader.starttime, boot_id=boot_id(),
+                started_at=iso_utc(start_epoch(leader.starttime)), name=spec.name, argv=tuple(spec.command)))
+            return ActionResult(True, status(spec), removed_stale_pid_file=True,
+                                msg=f"{spec.name} was running (pid {leader.pid}) but its pid file was missing or "
+                                    "unreadable: the pid file was written again; the server was not restarted")
     if current.running:
         return ActionResult(False, current, msg=f"{spec.name} is already running (pid {current.pid})")
     if check_mode:

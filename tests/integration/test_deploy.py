@@ -276,3 +276,29 @@ def test_redeploy_on_gpus_its_own_schedulers_hold_and_refuses_foreign_ones(tmp_p
             stranger.wait()
     finally:
         cleanup(dep)
+
+
+def test_a_pid_file_written_over_starts_no_duplicate_and_stop_still_stops(deployment: Deployment) -> None:
+    """`echo 'xx garbage' > gpu0/server.pid`: the next deploy used to start a duplicate (which
+    died on its port while the old server answered readiness: rc 0, a dead pid in the
+    manifest), and stop.yml left the old server running. Now the server is found by its folder,
+    its pid file written again, and nothing restarts."""
+    assert deployment.play("deploy.yml", profile="baseline").rc == 0
+    pids = deployment.pids()
+    port = deployment.extra["sglang_base_port"]
+    (deployment.base / "gpu0" / "server.pid").write_text("xx garbage\n")
+    status = deployment.play("status.yml")
+    assert status.rc == 0 and "gpu0: up" in status.out and "process=running" in status.out, status.out[-2000:]
+    again = deployment.play("deploy.yml", "-v", profile="baseline")
+    assert again.rc == 0, again.out[-3000:]
+    assert deployment.pids() == pids  # the same servers, recorded with their live pids
+    assert all(alive(p) for p in pids.values())
+    assert int((deployment.base / "gpu0" / "server.pid").read_text().split()[0]) == pids["gpu0"]
+    assert "its pid file was missing or unreadable" in again.out
+    assert "Errno 98" not in (deployment.base / "gpu0" / "server.log").read_text()  # no duplicate tried
+    (deployment.base / "gpu1" / "server.pid").write_text("xx garbage\n")
+    stop = deployment.play("stop.yml")
+    assert stop.rc == 0, stop.out[-2000:]
+    assert not group_members(pids["gpu0"]) and not group_members(pids["gpu1"])
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port + 1}/health", timeout=3)
