@@ -111,32 +111,63 @@ def test_stop_start_cycles_leave_no_orphans(deployment: Deployment) -> None:
 
 
 def test_engine_that_cannot_start_fails_with_its_log_and_leaves_the_others(tmp_path: Path) -> None:
-    dep = make_inventory(tmp_path)
+    """gpu1's engine dies at start (a GPU the embedded engine has no specs for: its own error,
+    as a real server's CUDA error would be): the deploy fails naming it, with its log tail;
+    gpu0 comes up and stays; fixed, a re-run brings both up (the GPU list is in every
+    instance's environment, so gpu0 restarts too)."""
+    dep = make_inventory(tmp_path, sglang_declared_gpus=[{"name": "NVIDIA H200", "memory_mib": 143771},
+                                                         {"name": "NVIDIA H999", "memory_mib": 143771}])
     port = dep.extra["sglang_base_port"]
-    blocker = socket.socket()
-    blocker.bind(("127.0.0.1", port + 1))  # gpu1's port is taken: its engine cannot start
-    blocker.listen(1)
     try:
         bad = dep.play("deploy.yml", profile="baseline")
         assert bad.rc != 0
         out = bad.out
         assert ("instance gpu1 is not ready" in out) or ("sglang-gpu1 exited" in out), out[-3000:]
-        assert "address already in use" in out  # the engine's own words, from its log tail
+        assert "unknown GPU 'NVIDIA H999'" in out  # the engine's own words, from its log tail
         gpu0_pid = int((dep.base / "gpu0" / "server.pid").read_text().split()[0])
         assert alive(gpu0_pid)
         # gpu1's failure can end the play while gpu0 is still loading: it comes up on its own
         assert wait_healthy(f"http://127.0.0.1:{port}", 60)
-        blocker.close()
-        retry = dep.play("deploy.yml", profile="baseline")
-        assert retry.rc == 0, retry.out[-3000:]
-        assert dep.pids()["gpu0"] == gpu0_pid
+        fixed = dep.play("deploy.yml", profile="baseline", sglang_declared_gpus=[
+            {"name": "NVIDIA H200", "memory_mib": 143771, "count": 2}])
+        assert fixed.rc == 0, fixed.out[-3000:]
+        assert all(alive(p) for p in dep.pids().values())
     finally:
-        blocker.close()
         cleanup(dep)
         for pid_file in dep.base.glob("*/server.pid"):
             pid = int(pid_file.read_text().split()[0])
             for member in group_members(pid):
                 os.kill(member, signal.SIGKILL)
+
+
+def test_preflight_refuses_before_anything_stops(deployment: Deployment, tmp_path: Path) -> None:
+    """A new configuration that cannot start changes nothing: a port held by another program
+    (named, with its pid), a model folder that is not there, a Python that is not there."""
+    assert deployment.play("deploy.yml", profile="baseline").rc == 0
+    pids = deployment.pids()
+    manifest = (deployment.base / "deployment.json").read_bytes()
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    taken = blocker.getsockname()[1]
+    try:
+        moved = deployment.play("deploy.yml", profile="mtp", sglang_base_port=taken)
+        assert moved.rc != 0 and moved.changed == 0
+        assert f"port {taken} (HTTP port of instance gpu0) is held by pid {os.getpid()}" in moved.out, moved.out[-3000:]
+    finally:
+        blocker.close()
+    missing = deployment.play("deploy.yml", profile="mtp", sglang_model_path=str(tmp_path / "no-model"),
+                              sglang_model_arch="hybrid")
+    assert missing.rc != 0 and missing.changed == 0
+    assert f"the model's config {tmp_path}/no-model/config.json does not exist on this host" in missing.out
+    no_python = deployment.play("deploy.yml", profile="mtp", sglang_python=str(tmp_path / "venv" / "bin" / "python"))
+    assert no_python.rc != 0 and no_python.changed == 0
+    assert "is not an executable file on this host" in no_python.out
+    # nothing was stopped, nothing was rewritten
+    assert deployment.pids() == pids and all(alive(p) for p in pids.values())
+    assert (deployment.base / "deployment.json").read_bytes() == manifest
+    status = deployment.play("status.yml")
+    assert status.out.count(": up http://127.0.0.1:") == 2, status.out[-2000:]
 
 
 def test_instances_no_longer_planned_are_stopped(deployment: Deployment) -> None:
