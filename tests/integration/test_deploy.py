@@ -333,3 +333,42 @@ def test_a_pid_file_written_over_starts_no_duplicate_and_stop_still_stops(deploy
     assert not group_members(pids["gpu0"]) and not group_members(pids["gpu1"])
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port + 1}/health", timeout=3)
+
+
+def test_zero_means_automatic_from_extra_vars(deployment: Deployment) -> None:
+    """`-e sglang_max_running_requests=0` arrives as the string "0": it rendered
+    `--max-running-requests 0` and restarted both servers (status then said 1);
+    `-e sglang_hicache_size_gb=0` and `-e sglang_nccl_port_base=0` failed. Every documented
+    sentinel means automatic from -e as from YAML and JSON."""
+    first = deployment.play("deploy.yml", profile="mtp_hicache")
+    assert first.rc == 0, first.out[-3000:]
+    pids = deployment.pids()
+    argv = deployment.manifest()["instances"][0]["argv"]
+    again = deployment.play("deploy.yml", "-e", "sglang_max_running_requests=0", "-e", "sglang_hicache_size_gb=0",
+                            "-e", "sglang_nccl_port_base=0", "-e", "sglang_gpus=", profile="mtp_hicache")
+    assert again.rc == 0, again.out[-3000:]
+    assert again.changed == 0 and deployment.pids() == pids
+    assert deployment.manifest()["instances"][0]["argv"] == argv
+    assert argv[argv.index("--max-running-requests") + 1] != "0"
+    status = deployment.play("status.yml")
+    assert "max_running_requests=1 " not in status.out and "max_running_requests=" in status.out
+
+
+def test_stop_and_status_without_a_readable_manifest(deployment: Deployment) -> None:
+    """Garbage in deployment.json made stop.yml fail on a raw from_json error with nothing
+    stopped; a deleted manifest made status say "no deployment" while two servers ran. Both
+    now fall back to the instance folders, say so, and act on what is theirs."""
+    assert deployment.play("deploy.yml", profile="baseline").rc == 0
+    pids = deployment.pids()
+    manifest = deployment.base / "deployment.json"
+    manifest.unlink()
+    status = deployment.play("status.yml")
+    assert status.rc == 0, status.out[-2000:]
+    assert "does not exist; found instance folder(s) gpu0, gpu1" in status.out
+    assert status.out.count(": up http://127.0.0.1:") == 2 and "process=running" in status.out
+    manifest.write_text("{ this is not json")
+    stop = deployment.play("stop.yml")
+    assert stop.rc == 0, stop.out[-2000:]
+    assert "is not a deployment manifest" in stop.out
+    assert not any(group_members(p) for p in pids.values())
+    assert not list(deployment.base.glob("*/server.pid"))
