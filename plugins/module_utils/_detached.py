@@ -43,6 +43,7 @@ PROC = Path("/proc")
 MARKER_ENV = "LLMOPS_DETACHED_SERVICE"
 POLL_S = 0.05
 PID_FILE_MODE = 0o644
+LOG_FILE_MODE = 0o600
 _DEAD_STATES = frozenset("ZX")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -652,9 +653,29 @@ def stop(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
 # start
 
 
+# Secrets a server may print (SGLang logs its whole server_args, api_key included): a log tail
+# the collection shows (a failed start, a readiness timeout) never repeats them.
+_SECRET_PATTERNS = (
+    re.compile(r"((?:admin_)?api_key\s*=\s*)('[^']*'|\"[^\"]*\"|[^,\s)]+)"),  # server_args=ServerArgs(api_key='...')
+    re.compile(r"(\"(?:admin_)?api_key\"\s*:\s*)(\"[^\"]*\")"),  # JSON
+    re.compile(r"(--(?:admin-)?api-key[ =])(\S+)"),  # a command line
+    re.compile(r"(Bearer\s+)(\S+)", re.IGNORECASE),
+    re.compile(r"((?:HF_TOKEN|HUGGING_FACE_HUB_TOKEN|SGLANG_API_KEY)\s*[=:]\s*)(\S+)"),
+    re.compile(r"()(hf_[A-Za-z0-9]{20,})"),
+)
+REDACTED = "<redacted>"
+
+
+def redact(line: str) -> str:
+    """A log line with the secrets it may hold replaced by <redacted> (None values kept)."""
+    for pattern in _SECRET_PATTERNS:
+        line = pattern.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) in ("None", "null") else REDACTED), line)
+    return line
+
+
 def log_tail(path: str, lines: int, offset: int = 0) -> list[str]:
     """The last ``lines`` lines of the log written after byte ``offset`` (the whole log's tail
-    when nothing was written after it)."""
+    when nothing was written after it), secrets redacted (``redact``)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -667,7 +688,7 @@ def log_tail(path: str, lines: int, offset: int = 0) -> list[str]:
     except OSError:
         return []
     text = data.decode("utf-8", errors="replace").splitlines()
-    return text[-lines:] if lines > 0 else []
+    return [redact(line) for line in text[-lines:]] if lines > 0 else []
 
 
 @dataclass(frozen=True)
@@ -720,9 +741,11 @@ def _open_log(spec: ServiceSpec, creds: _Credentials) -> tuple[int, int]:
     log = Path(spec.log_file)
     log.parent.mkdir(parents=True, exist_ok=True)
     created = not log.exists()
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_FILE_MODE)
     if created and (creds.uid is not None or creds.gid is not None):
         os.fchown(fd, -1 if creds.uid is None else creds.uid, -1 if creds.gid is None else creds.gid)
+    if os.fstat(fd).st_mode & 0o077:  # a server's log may hold its secrets: its owner only
+        os.fchmod(fd, LOG_FILE_MODE)
     return fd, os.fstat(fd).st_size
 
 
