@@ -116,8 +116,43 @@ def check_ports(ports: list[Mapping[str, Any]], deployment_dir: str | None,
     return problems
 
 
-def check_paths(files: list[Mapping[str, Any]], executables: list[Mapping[str, Any]]) -> list[str]:
-    """Problems with files that must exist and programs that must be executable."""
+def runnable_by(path: str, user: str) -> bool:
+    """Whether ``user`` may run ``path``: search permission on every folder above it and execute
+    permission on it (the resolved file), from the permission bits (ACLs are not read)."""
+    import grp
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return True  # the role creates the user later in the run: nothing to check against yet
+    if pw.pw_uid == 0:
+        return True
+    gids = {pw.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+
+    def allowed(target: str, bit: int) -> bool:
+        try:
+            st = os.stat(target)
+        except OSError:
+            return False
+        if st.st_uid == pw.pw_uid:
+            return bool(st.st_mode & (bit << 6))
+        if st.st_gid in gids:
+            return bool(st.st_mode & (bit << 3))
+        return bool(st.st_mode & bit)
+
+    for candidate in (path, os.path.realpath(path)):
+        parts = os.path.dirname(os.path.abspath(candidate)).split(os.sep)
+        for depth in range(1, len(parts) + 1):
+            if not allowed(os.sep + os.path.join(*parts[1:depth]) if depth > 1 else os.sep, 0o1):
+                return False
+    return allowed(os.path.realpath(path), 0o1)
+
+
+def check_paths(files: list[Mapping[str, Any]], executables: list[Mapping[str, Any]],
+                user: str | None = None) -> list[str]:
+    """Problems with files that must exist and programs that must be executable (by ``user``,
+    the account the servers run as, when given)."""
     problems = []
     for item in files:
         if not os.path.exists(str(item["path"])):
@@ -129,5 +164,9 @@ def check_paths(files: list[Mapping[str, Any]], executables: list[Mapping[str, A
             path = shutil.which(path) or path
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             problems.append(f"{item.get('what', 'program')} {path} is not an executable file on this host"
+                            + (f": {item['fix']}" if item.get("fix") else ""))
+        elif user and not runnable_by(path, user):
+            problems.append(f"{item.get('what', 'program')} {path} cannot be run by {user}, the user the servers "
+                            "run as (a folder above it or the file itself is closed to that user)"
                             + (f": {item['fix']}" if item.get("fix") else ""))
     return problems

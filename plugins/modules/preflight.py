@@ -123,6 +123,7 @@ def main() -> None:
                 "what": {"type": "str", "default": "HTTP"},
             }},
             "deployment_dir": {"type": "path"},
+            "user": {"type": "str"},
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
                 "what": {"type": "str", "default": "file"},
@@ -137,7 +138,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    problems = check_paths(params["files"], params["executables"]) \
+    problems = check_paths(params["files"], params["executables"], params["user"]) \
         + check_ports(params["ports"], params["deployment_dir"])
     if problems:
         module.fail_json(msg=f"the planned instances cannot start on this host ({len(problems)} problem(s)); "

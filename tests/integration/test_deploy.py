@@ -372,3 +372,68 @@ def test_stop_and_status_without_a_readable_manifest(deployment: Deployment) -> 
     assert "is not a deployment manifest" in stop.out
     assert not any(group_members(p) for p in pids.values())
     assert not list(deployment.base.glob("*/server.pid"))
+
+
+def test_shell_characters_in_paths_and_names_stay_quoted(tmp_path: Path) -> None:
+    """A base dir and a served model name holding spaces, `;` and `$(...)` reach the launch
+    script, the env file and the server as plain text: nothing is run, the server answers
+    with the name as given."""
+    canary = tmp_path / "pwned"
+    weird = tmp_path / f"base dir; $(touch {canary})" / "sglang"
+    name = f"my model; $(touch {canary}) `touch {canary}`"
+    dep = make_inventory(tmp_path, sglang_base_dir=str(weird), sglang_served_model_name=name, sglang_gpus=[0])
+    dep.base = weird
+    try:
+        run = dep.play("deploy.yml", profile="baseline")
+        assert run.rc == 0, run.out[-3000:]
+        assert not canary.exists()
+        url = dep.manifest()["instances"][0]["connect_url"]
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as resp:
+            assert json.loads(resp.read())["data"][0]["id"] == name
+        status = dep.play("status.yml")
+        assert status.rc == 0 and "gpu0: up" in status.out
+    finally:
+        cleanup(dep)
+    assert not canary.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates a system user and drops to it: needs root")
+def test_services_run_as_the_configured_user(tmp_path: Path) -> None:
+    """sglang_user set: the role creates it, installs the engine into a fresh venv (pip, as a
+    real host does), and every server process runs as that user; launch scripts 0750, env files
+    and logs 0600, all owned by it."""
+    import pwd
+    import shutil
+    import uuid
+
+    user = f"llmops{uuid.uuid4().hex[:6]}"
+    base = Path(f"/tmp/{user}")  # outside pytest's 0700 tmp folders: the user must reach it
+    dep = make_inventory(tmp_path, sglang_user=user, sglang_group=user, sglang_create_user=True,
+                         sglang_base_dir=str(base / "sglang"), sglang_install=True, sglang_python="",
+                         sglang_venv=str(base / "venv"), sglang_venv_python="/usr/bin/python3", sglang_gpus=[0])
+    dep.base = base / "sglang"
+    try:
+        run = dep.play("deploy.yml", profile="baseline", timeout=600)
+        assert run.rc == 0, run.out[-4000:]
+        # pre-flight: a Python the user cannot run (the test's own venv lives under /root, 0700)
+        # is refused before anything stops
+        refused = dep.play("deploy.yml", profile="baseline", sglang_install=False, sglang_python=sys.executable)
+        assert refused.rc != 0 and refused.changed == 0
+        assert f"cannot be run by {user}" in refused.out, refused.out[-3000:]
+        uid = pwd.getpwnam(user).pw_uid
+        leader = dep.pids()["gpu0"]
+        members = group_members(leader)
+        assert len(members) >= 3  # the server, its scheduler, its detokenizer
+        for pid in members:
+            uids = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if line.startswith("Uid:")).split()[1:]
+            assert {int(u) for u in uids} == {uid}, (pid, uids)
+        folder = dep.base / "gpu0"
+        for name, mode in (("launch.sh", 0o750), ("env", 0o600), ("server.log", 0o600)):
+            st = (folder / name).stat()
+            assert (st.st_uid, st.st_mode & 0o777) == (uid, mode), name
+    finally:
+        cleanup(dep)
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        subprocess.run(["groupdel", user], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)

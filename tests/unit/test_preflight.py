@@ -83,3 +83,21 @@ def test_preflight_spec_from_a_plan() -> None:
     hub = deploy_filters._preflight_spec(dict(plan, model={"path": "Qwen/Qwen3-8B"}), engine="sglang",
                                          python="/v/bin/python", install=True)
     assert hub["files"] == [] and hub["executables"][0]["path"] == "python3"
+
+
+def test_a_program_closed_to_the_service_user(tmp_path: Path) -> None:
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_name
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    prog = closed / "python"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o755)
+    closed.chmod(0o700)
+    problems = pf.check_paths([], [{"path": str(prog), "what": "the server's Python"}], user=nobody)
+    if os.geteuid() == 0:
+        assert problems == [f"the server's Python {prog} cannot be run by {nobody}, the user the servers run as "
+                            "(a folder above it or the file itself is closed to that user)"]
+    assert pf.runnable_by("/bin/sh", nobody)
+    assert pf.runnable_by(str(prog), "no-such-user-yet")  # created by the role later in the run
