@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from . import fake_nvidia_smi
-from .conftest import BIN, ROOT, Deployment, cleanup, group_members, make_inventory
+from .conftest import Deployment, cleanup, group_members, make_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -219,27 +219,6 @@ def test_serial_start_policy_starts_instances_one_after_another(deployment: Depl
         < out.index("Start the batch (gpu1)")
     again = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial")
     assert again.rc == 0 and again.changed == 0, again.out[-3000:]
-
-
-def test_installed_collection_runs_its_playbooks_by_fqcn(tmp_path: Path) -> None:
-    build = tmp_path / "build"
-    env = dict(os.environ, ANSIBLE_CONFIG="", PATH=f"{BIN}:{os.environ.get('PATH', '')}")
-    res = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(build), str(ROOT)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stdout + res.stderr
-    tarball = next(build.glob("llmops-sglang-*.tar.gz"))
-    colls = tmp_path / "collections"
-    res = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(colls), str(tarball)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stdout + res.stderr
-    dep = make_inventory(tmp_path)
-    env.update(ANSIBLE_COLLECTIONS_PATH=str(colls), ANSIBLE_NOCOLOR="1")
-    res = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(dep.inventory), "llmops.sglang.deploy",
-                          "--tags", "plan", "-e", "profile=mtp_hicache"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert str(colls) in res.stdout  # the installed copy ran, not the checkout
-    assert "--enable-hierarchical-cache" in res.stdout
 
 
 def _scheduler_child(leader: int, timeout: float = 20) -> int:
