@@ -8,9 +8,10 @@ interrupts ``ansible-playbook`` (Ctrl-C) expects it to stop. What reaches the mo
 
 - **signals**: ansible's worker process passes SIGINT/SIGTERM to its own process group, where
   a module started through the local connection runs; SSH with a pty sends SIGHUP. Python
-  would die of them anyway, but inside an event loop (``asyncio.run`` of Python >= 3.11 turns
-  the first SIGINT into a cancellation) the teardown of thousands of client tasks took 10-20
-  seconds; here the first one cancels the sweep and a second one ends the process.
+  would stop on them anyway, in its own way per version (``asyncio.run`` of Python >= 3.11
+  turns the first SIGINT into a cancellation of the main task, 3.10 raises KeyboardInterrupt
+  wherever the loop is); here the first one cancels the sweep, whose levels cancel their
+  clients, and a second one ends the process at once.
 - **the reader of the result gone**: a module writes its result to stdout, a pipe read by
   whoever started it (the worker of the local connection, sshd for SSH without a pty). When
   that end is closed, because the controller was interrupted and its worker or its SSH client

@@ -266,6 +266,21 @@ EXAMPLES = r"""
     return_records: false
     api_key: "{{ sglang_api_key }}"
 
+- name: Fail when any request of any level failed (the sweep is still in the result)
+  llmops.sglang.throughput_sweep:
+    url: http://127.0.0.1:30000
+    concurrency: [1, 8, 64]
+    fail_on_errors: true
+  register: swept
+
+- name: In the background from the controller, stopping with the play when it is interrupted
+  llmops.sglang.throughput_sweep:
+    url: "http://{{ inventory_hostname }}:30000"
+    watch_pid: "{{ lookup('llmops.sglang.controller_pid') }}"
+  delegate_to: localhost
+  async: 7320
+  poll: 0
+
 - name: Show peak and knee
   ansible.builtin.debug:
     msg: >-
