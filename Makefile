@@ -83,9 +83,9 @@ build: setup
 # sanity-newcore: compile and import on 3.10 need a 3.10 interpreter, which this machine has not;
 # vermin and tests/unit/test_py310.py cover 3.10), except
 #   shellcheck  skipped by ansible-test itself where the shellcheck program is missing;
-#   pylint      on plugins/modules and plugins/filter only, the Ansible-facing shells: ansible-test's
-#               fixed pylint config bans `_` as a throwaway name, which module_utils, tests and
-#               tools use by convention (ruff lints all of them, `make lint`).
+#   pylint      on plugins/modules, plugins/filter and plugins/lookup only, the Ansible-facing
+#               shells: ansible-test's fixed pylint config bans `_` as a throwaway name, which
+#               module_utils, tests and tools use by convention (ruff lints all of them, `make lint`).
 # Ignores: tests/sanity/ignore-<core>.txt, each line with its reason. About 40 s with warm venvs
 # on 2 cores; the first run also installs each test's requirements from PyPI (about 1.5 min).
 SANITY_ROOT := build/sanity-$(subst .,,$(notdir $(VENV)))
@@ -101,7 +101,7 @@ sanity: setup
 	  test -s "$$cache" || install -D -m 644 tools/ansible_test_get_pip.py "$$cache"
 	py=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); cd $(SANITY_DIR) && \
 	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --skip-test pylint && \
-	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --test pylint plugins/modules/ plugins/filter/
+	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --test pylint plugins/modules/ plugins/filter/ plugins/lookup/
 
 # The newest ansible-core on a newer Python (skipped, and said so, where none is installed).
 test-newcore:
