@@ -118,18 +118,22 @@ sanity-newcore:
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
 
 # Fleet scenarios (tests/fleet, see its README): several hosts on this machine, each a network
-# namespace with its own address and sshd, driven over real SSH. Needs root, iproute2 and
-# openssh-server, installed here from apt when missing (quiet, bounded; policy-rc.d, where the
-# image has one, keeps the package from starting a system sshd). Not part of `make test` (yet).
+# namespace with its own address and sshd, driven by the playbooks over real SSH. Needs root,
+# iproute2 and openssh-server; the server is installed here from apt when missing (quiet, each
+# apt step bounded by FLEET_APT_TIMEOUT, its output shown only on failure; an image's
+# policy-rc.d, as here, keeps the package from starting a system sshd). Not part of `make test`
+# (yet). FLEET_ARGS go to pytest, e.g. FLEET_ARGS="-k smoke --fleet-servers 4".
 FLEET_APT_TIMEOUT ?= 600
+FLEET_ARGS ?=
 fleet-test: setup
-	@test "$$(id -u)" = 0 || { echo "make fleet-test: needs root (network namespaces, sshd)"; exit 1; }
-	@command -v ip >/dev/null || { echo "make fleet-test: needs iproute2 (ip)"; exit 1; }
-	@test -x /usr/sbin/sshd || { echo "installing openssh-server (apt)"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  timeout $(FLEET_APT_TIMEOUT) apt-get update -qq >/dev/null && \
-	  timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/fleet
+	@test "$$(id -u)" = 0 || { echo "make fleet-test: needs root (network namespaces, a bridge, sshd)"; exit 1; }
+	@command -v ip >/dev/null || { echo "make fleet-test: needs iproute2 (the ip command)"; exit 1; }
+	@test -x /usr/sbin/sshd || { echo "make fleet-test: installing openssh-server (apt-get)"; \
+	  log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
+	  { timeout $(FLEET_APT_TIMEOUT) apt-get update -qq && \
+	    timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends openssh-server; } >"$$log" 2>&1 \
+	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/fleet $(FLEET_ARGS)
 
 test: setup lint unit integration molecule build sanity test-newcore
 	@echo "make test: all stages passed"

@@ -16,6 +16,7 @@ Plain Python; pytest is only needed by ``conftest.py``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import ipaddress
 import json
@@ -77,6 +78,17 @@ def sh(argv: Sequence[str], *, timeout: float = 30, check: bool = True, input: s
     if check and proc.returncode != 0:
         raise FleetError(f"failed (rc {proc.returncode}): {' '.join(argv)}\n{proc.stdout}{proc.stderr}".rstrip())
     return proc
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+_SIGTERM = int(signal.SIGTERM)
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when this process dies (PR_SET_PDEATHSIG), so a
+    killed test run leaves no ansible-playbook or load generator driving a dead fleet."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, _SIGTERM, 0, 0, 0)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -364,7 +376,8 @@ class Host:
     address: str
     veth: str
     dir: Path                       # run folder of this host: sshd/, sglang/, tmp/
-    hostvars: dict[str, Any]
+    hostvars: dict[str, Any]        # what the inventory says (set_hostvars changes it)
+    initial_hostvars: dict[str, Any] = field(default_factory=dict)  # restored by reset()
 
     @property
     def base_dir(self) -> Path:
@@ -381,6 +394,7 @@ class FleetRun(Run):
 
     seconds: float = 0.0
     argv: list[str] = field(default_factory=list)
+    log: Path | None = None         # the run's log with a timestamp per line (ANSIBLE_LOG_PATH)
 
     def host(self, name: str) -> dict[str, int]:
         return self.recap[name]
@@ -407,6 +421,8 @@ class Fleet:
         self.facts_dir = run_dir / "facts"
         self.reports_dir = run_dir / "reports"
         self.setup_seconds = 0.0
+        self.logs_dir = run_dir / "logs"
+        self._runs = 0
         self._popens: list[subprocess.Popen] = []
         self._closed = False
         self.state = State(path=STATE_DIR / f"{self.tag}.json", owner_pid=os.getpid(),
@@ -436,8 +452,11 @@ class Fleet:
     def _build(self, servers: int, routers: int, hostvars: dict, overrides: dict) -> None:
         names = [(f"server{i}", "sglang_servers") for i in range(1, servers + 1)]
         names += [(f"router{i}", "sglang_routers") for i in range(1, routers + 1)]
-        if len(names) > 200:
-            raise FleetError("at most 200 hosts")
+        if not 1 <= len(names) <= 200:
+            raise FleetError("a fleet has 1 to 200 hosts")
+        unknown = set(overrides) - {name for name, _ in names}
+        if unknown:
+            raise FleetError(f"host_overrides for hosts this fleet does not have: {sorted(unknown)}")
         with state_lock():
             clean_stale()
             self.subnet = pick_subnet(os.getpid() * 7 + self.index)
@@ -464,6 +483,7 @@ class Fleet:
             self._make_host(host)
         for host in self.hosts.values():
             host.hostvars = self._hostvars(host, hostvars, overrides.get(host.name, {}))
+            host.initial_hostvars = json.loads(json.dumps(host.hostvars))
         self.write_inventory()
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         for host in self.hosts.values():
@@ -539,15 +559,32 @@ class Fleet:
             "-F /dev/null",                       # this machine's ~/.ssh/config has no say
             f"-o UserKnownHostsFile={self.known_hosts}", "-o GlobalKnownHostsFile=/dev/null",
             "-o StrictHostKeyChecking=yes", "-o IdentitiesOnly=yes", "-o BatchMode=yes",
+            # a host that vanishes (link down) is seen dead in 15 s, also on an open connection
+            "-o ServerAliveInterval=5", "-o ServerAliveCountMax=3",
         ])
         inv = {"all": {
+            # control sockets named by address (ssh's title of a master shows it: control_masters)
             "vars": {"ansible_ssh_common_args": ssh_args, "ansible_host_key_checking": True,
-                     "ansible_control_path_dir": str(self.control_dir)},
+                     "ansible_control_path_dir": str(self.control_dir),
+                     "ansible_control_path": f"{self.control_dir}/%%h-%%p-%%r"},
             "children": groups}}
         self.inventory.write_text(
             f"# fleet {self.tag}: {len(self.hosts)} hosts in {self.subnet}, bridge {self.bridge} ({self.gateway})\n"
             + yaml.dump(inv, Dumper=_NoAliases, sort_keys=False))
         return self.inventory
+
+    def set_hostvars(self, names: str | Iterable[str] | None = None, **hostvars: Any) -> None:
+        """Change inventory variables of some hosts (a name, names, or every host) and rewrite
+        the inventory; a value None removes the variable. reset() restores the original ones."""
+        chosen = [names] if isinstance(names, str) else list(names) if names is not None else list(self.hosts)
+        for name in chosen:
+            host = self.hosts[name]
+            for key, value in hostvars.items():
+                if value is None:
+                    host.hostvars.pop(key, None)
+                else:
+                    host.hostvars[key] = value
+        self.write_inventory()
 
     # ---- sshd, links
 
@@ -592,6 +629,12 @@ class Fleet:
         raise FleetError(f"sshd of {name} did not come up on {host.address}:22 within {timeout} s\n"
                          + self.sshd_log(name))
 
+    def control_masters(self, name: str | None = None) -> list[int]:
+        """The controller's ssh control masters (ControlPersist) of the fleet, or of one host
+        (their sockets are <control_dir>/<address>-<port>-<user>)."""
+        needle = f"{self.control_dir}/{self.hosts[name].address}-" if name else ""
+        return [p for p in processes_mentioning(self.control_dir) if needle in cmdline(p)]
+
     def stop_sshd(self, name: str, *, sessions: bool = True) -> None:
         """Stop the host's sshd listener: new SSH connections are refused (Ansible: UNREACHABLE).
         With `sessions`, every sshd of the namespace goes too (open sessions and the
@@ -603,14 +646,19 @@ class Fleet:
             kill_all([pid], grace=2)
         if sessions:
             kill_all([p for p in netns_pids(host.ns) if comm(p) == "sshd"], grace=2)
-            kill_all([p for p in processes_mentioning(self.control_dir) if f"@{host.address}" in cmdline(p)
-                      or f" {host.address} " in cmdline(p) + " "], grace=1)
+            kill_all(self.control_masters(name), grace=1)
         host.sshd_pid_file.unlink(missing_ok=True)
 
-    def link_down(self, name: str) -> None:
+    def link_down(self, name: str, *, masters: bool = True) -> None:
         """Take the host off the network (its veth down): packets to it vanish, connections time
-        out, as for a host that died or a cut cable. Its processes keep running."""
+        out, as for a host that died or a cut cable; its processes keep running. With
+        `masters`, the controller's open control master to it goes too, so the next task
+        connects afresh and fails after the connect timeout (`ansible_timeout`, 10 s); without,
+        the task rides on the old connection until ServerAliveInterval x CountMax (15 s) say
+        it is dead."""
         sh(["ip", "link", "set", self.hosts[name].veth, "down"])
+        if masters:
+            kill_all(self.control_masters(name), grace=1)
 
     def link_up(self, name: str) -> None:
         sh(["ip", "link", "set", self.hosts[name].veth, "up"])
@@ -644,11 +692,13 @@ class Fleet:
             env.pop(key, None)
         return env
 
-    def _bounded(self, cmd: list[str], timeout: float) -> tuple[int, str]:
+    def _bounded(self, cmd: list[str], timeout: float, log: Path) -> tuple[int, str]:
         """Run a controller command in its own process group; on timeout or interrupt the whole
-        group (ansible's forks, ssh clients) goes."""
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        group (ansible's forks, ssh clients) goes. Its log (timestamped lines) goes to `log`."""
+        log.parent.mkdir(exist_ok=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(self.env(), ANSIBLE_LOG_PATH=str(log)),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                preexec_fn=_die_with_parent)
         try:
             out, _ = proc.communicate(timeout=timeout)
         except BaseException as exc:
@@ -667,18 +717,24 @@ class Fleet:
         for key, value in extra_vars.items():
             cmd += ["-e", json.dumps({key: value})]
         cmd += list(args)
+        log = self._log_path(playbook)
         started = time.monotonic()
-        rc, out = self._bounded(cmd, timeout)
+        rc, out = self._bounded(cmd, timeout, log)
         recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
                  for m in RECAP.findall(out)}
-        return FleetRun(rc, out, recap, seconds=time.monotonic() - started, argv=cmd)
+        return FleetRun(rc, out, recap, seconds=time.monotonic() - started, argv=cmd, log=log)
+
+    def _log_path(self, what: str) -> Path:
+        self._runs += 1
+        return self.logs_dir / f"{self._runs:03d}-{Path(what).stem}.log"
 
     def adhoc(self, pattern: str, *args: str, timeout: float = 120) -> FleetRun:
         """`ansible PATTERN -i INVENTORY ARGS...` (e.g. "-m", "ansible.builtin.ping")."""
         started = time.monotonic()
         cmd = [str(BIN / "ansible"), "-i", str(self.inventory), pattern, *args]
-        rc, out = self._bounded(cmd, timeout)
-        return FleetRun(rc, out, {}, seconds=time.monotonic() - started, argv=cmd)
+        log = self._log_path(f"adhoc-{pattern}")
+        rc, out = self._bounded(cmd, timeout, log)
+        return FleetRun(rc, out, {}, seconds=time.monotonic() - started, argv=cmd, log=log)
 
     def exec(self, name: str, argv: Sequence[str], *, timeout: float = 60, check: bool = False,
              input: str | None = None) -> subprocess.CompletedProcess:
@@ -692,7 +748,7 @@ class Fleet:
         kwargs.setdefault("stderr", subprocess.STDOUT)
         kwargs.setdefault("text", True)
         proc = subprocess.Popen(["ip", "netns", "exec", self.hosts[name].ns, *argv], start_new_session=True,
-                                **kwargs)
+                                preexec_fn=_die_with_parent, **kwargs)
         self._popens.append(proc)
         return proc
 
@@ -774,17 +830,22 @@ class Fleet:
     # ---- between scenarios, and at the end
 
     def reset(self) -> None:
-        """Back to a fresh fleet: links up, every sshd running, background commands and every
-        non-sshd process of the namespaces killed, each host's sglang base dir removed."""
+        """Back to a fresh fleet: links up, every sshd running, the controller's control masters,
+        background commands and every non-sshd process of the namespaces killed, each host's
+        sglang base dir removed, the inventory rewritten from the hosts' hostvars."""
         self._kill_popens()
         for host in self.hosts.values():
             if link_exists(host.veth):
                 self.link_up(host.name)
+        kill_all(self.control_masters(), grace=1)  # fresh connections (one may hang on a cut link)
         kill_all(self.server_processes())
         for host in self.hosts.values():
-            shutil.rmtree(host.base_dir, ignore_errors=True)
+            # the inventory back to what it was made with (a scenario may have changed it)
+            changed_base = host.base_dir
+            host.hostvars = json.loads(json.dumps(host.initial_hostvars))
+            for base in {changed_base, host.base_dir}:
+                shutil.rmtree(base, ignore_errors=True)
             self.start_sshd(host.name)
-        # the inventory back to what it was made with (a scenario may have rewritten it)
         self.write_inventory()
 
     def _kill_popens(self) -> None:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from ..integration.conftest import group_members
 from .harness import Fleet, FleetRun
 
 SWEEP = {"sglang_bench_concurrency": [1], "sglang_bench_requests": 2, "sglang_bench_max_tokens": 8,
@@ -68,7 +69,7 @@ def test_deploy_status_bench_redeploy_stop_over_ssh(fleet: Fleet, capsys: pytest
     assert status_run.out.count("gpu0: up http://127.0.0.1:") == len(servers), status_run.out[-3000:]
     assert status_run.out.count("gpu1: up http://127.0.0.1:") == len(servers), status_run.out[-3000:]
 
-    reports = fleet.run_dir / "reports"
+    reports = fleet.reports_dir
     bench = fleet.play("bench.yml", sglang_bench_reports_dir=str(reports), sglang_bench_run_id="smoke", **SWEEP)
     timings["bench.yml (C=1, 2 requests x 8 tokens per instance, on the hosts)"] = bench.seconds
     assert bench.rc == 0, bench.out[-5000:]
@@ -95,8 +96,6 @@ def test_deploy_status_bench_redeploy_stop_over_ssh(fleet: Fleet, capsys: pytest
     while fleet.server_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert fleet.server_processes() == {}, fleet.server_processes()
-    from ..integration.conftest import group_members
-
     assert not any(group_members(g) for g in groups)
     for host in servers:
         assert not list(host.base_dir.glob("*/server.pid")), host.name
