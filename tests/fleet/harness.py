@@ -178,18 +178,16 @@ def pgids_of_base_dir(base_dir: Path) -> set[int]:
 
 
 def processes_mentioning(path: Path) -> list[int]:
-    """Processes whose command line or working directory is under `path` (ssh control masters,
-    anything started with a file of the run)."""
-    text = str(path)
+    """The controller-side processes of a run: ssh clients and control masters, ansible and
+    ansible-playbook (and their forks) whose command line names `path` or a file in it. Not any
+    other process that happens to name it (a developer's `less` of a log in it)."""
+    mention = re.compile(re.escape(str(path)) + r"(/|\s|$)")  # the folder itself, not .../fleet10 for .../fleet1
     found = []
     for pid in all_pids():
         if pid == os.getpid():
             continue
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            cwd = ""
-        if text in cmdline(pid) or cwd == text or cwd.startswith(text + "/"):
+        line = cmdline(pid)
+        if mention.search(line) and (comm(pid) == "ssh" or re.search(r"/ansible(-playbook)?\s", line)):
             found.append(pid)
     return found
 
