@@ -166,14 +166,24 @@ def link_exists(name: str) -> bool:
 
 def pgids_of_base_dir(base_dir: Path) -> set[int]:
     """The process groups of the servers a base dir records (manifest and pid files), as
-    tests/integration's cleanup finds them."""
+    tests/integration's cleanup finds them; a pid file's group is left out when its leader is
+    alive but not the process it recorded (start time and boot id differ: a reused pid)."""
     found: set[int] = set()
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         manifest = json.loads((base_dir / "deployment.json").read_text())
         found |= {int(i["pid"]) for i in manifest.get("instances", []) if i.get("pid")}
     for pid_file in base_dir.glob("*/server.pid") if base_dir.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            found.add(int(pid_file.read_text().split()[0]))
+        with contextlib.suppress(OSError, ValueError, IndexError, TypeError, AttributeError):
+            lines = pid_file.read_text().splitlines()
+            pid = int(lines[0].split()[0])
+            meta = json.loads(lines[1]) if len(lines) > 1 else {}
+            pgid = int(meta.get("pgid") or pid)
+            now = start_time(pid)
+            if now is not None and meta.get("starttime") is not None and (
+                    now != meta["starttime"] or meta.get("boot_id", boot_id()) != boot_id()):
+                found.discard(pgid)
+                continue
+            found.add(pgid)
     return {p for p in found if p > 1}
 
 
@@ -247,16 +257,17 @@ def state_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def destroy(state: State) -> list[str]:
+def destroy(state: State, *, base_dirs: bool = True) -> list[str]:
     """Remove everything `state` records: processes in its namespaces, the servers its base
-    dirs record, processes using its run folder, then the namespaces, veths and bridge.
-    Returns what could not be removed (empty when all is gone)."""
+    dirs record (`base_dirs`: for a live run; a dead run's pid files may name reused pids, and
+    its servers ran in its namespaces anyway), its own ssh/ansible processes, then the
+    namespaces, veths and bridge. Returns what could not be removed (empty when all is gone)."""
     present = set(netns_list())
     doomed: set[int] = set()
     for ns in state.namespaces:
         if ns in present:
             doomed |= set(netns_pids(ns))
-    for base in state.base_dirs:
+    for base in state.base_dirs if base_dirs else []:
         for pgid in pgids_of_base_dir(Path(base)):
             doomed |= set(group_members(pgid))
     if state.run_dir:
@@ -293,7 +304,7 @@ def clean_stale() -> list[str]:
         recorded |= set(state.namespaces) | {state.bridge}
         if state.owner_alive():
             continue
-        left = destroy(state)
+        left = destroy(state, base_dirs=False)
         if not left:
             path.unlink(missing_ok=True)
         cleaned.append(f"{path.name}: {', '.join(state.namespaces) or 'nothing made'}"
