@@ -27,7 +27,7 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup lint unit integration molecule build sanity sanity-newcore test test-newcore demo clean stop
+.PHONY: help setup lint unit integration molecule build sanity sanity-newcore test test-newcore fleet-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
@@ -36,6 +36,7 @@ help:
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
 	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules and plugins/filter)"
 	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
+	@echo "make fleet-test   fleet scenarios over real SSH: network-namespace hosts on this machine (root; installs openssh-server)"
 	@echo "make stop         stop everything the demo started"
 
 $(STAMP): $(REQS)
@@ -115,6 +116,24 @@ test-newcore:
 sanity-newcore:
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP sanity-newcore: no Python >= 3.12 found"; exit 0; fi; \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
+
+# Fleet scenarios (tests/fleet, see its README): several hosts on this machine, each a network
+# namespace with its own address and sshd, driven by the playbooks over real SSH. Needs root,
+# iproute2 and openssh-server; the server is installed here from apt when missing (quiet, each
+# apt step bounded by FLEET_APT_TIMEOUT, its output shown only on failure; an image's
+# policy-rc.d, as here, keeps the package from starting a system sshd). Not part of `make test`
+# (yet). FLEET_ARGS go to pytest, e.g. FLEET_ARGS="-k smoke --fleet-servers 4".
+FLEET_APT_TIMEOUT ?= 600
+FLEET_ARGS ?=
+fleet-test: setup
+	@test "$$(id -u)" = 0 || { echo "make fleet-test: needs root (network namespaces, a bridge, sshd)"; exit 1; }
+	@command -v ip >/dev/null || { echo "make fleet-test: needs iproute2 (the ip command)"; exit 1; }
+	@test -x /usr/sbin/sshd || { echo "make fleet-test: installing openssh-server (apt-get)"; \
+	  log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
+	  { timeout $(FLEET_APT_TIMEOUT) apt-get update -qq && \
+	    timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends openssh-server; } >"$$log" 2>&1 \
+	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/fleet $(FLEET_ARGS)
 
 test: setup lint unit integration molecule build sanity test-newcore
 	@echo "make test: all stages passed"
