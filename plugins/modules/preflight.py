@@ -41,6 +41,11 @@ options:
   deployment_dir:
     description: The deployment's base folder; ports held by its instances are not a problem.
     type: path
+  user:
+    description:
+      - The user the servers run as; every program in O(executables) must be runnable by that
+        user (search permission on its folders, execute permission on the file).
+    type: str
   files:
     description: Files that must exist.
     type: list
@@ -106,7 +111,10 @@ problems:
   returned: always
   type: list
   elements: str
-  sample: ["port 30000 (HTTP port of instance gpu0) is held by pid 4242 (nginx: master process), which is not this deployment's: stop it, or choose other ports (sglang_base_port, sglang_nccl_port_base)"]
+  sample:
+    - >-
+      port 30000 (HTTP port of instance gpu0) is held by pid 4242 (nginx - master process), which
+      is not this deployment's - stop it, or choose other ports (sglang_base_port, sglang_nccl_port_base)
 """
 
 from ansible.module_utils.basic import AnsibleModule
