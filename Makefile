@@ -34,7 +34,7 @@ help:
 	@echo "make demo         deploy mtp_hicache locally (embedded engine), status, throughput sweep + report"
 	@echo "make test         setup + lint + unit + integration + molecule + collection build + sanity"
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
-	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules and plugins/filter)"
+	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules, plugins/filter and plugins/lookup)"
 	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
 	@echo "make stop         stop everything the demo started"
 
@@ -83,7 +83,7 @@ build: setup
 # sanity-newcore: compile and import on 3.10 need a 3.10 interpreter, which this machine has not;
 # vermin and tests/unit/test_py310.py cover 3.10), except
 #   shellcheck  skipped by ansible-test itself where the shellcheck program is missing;
-#   pylint      on plugins/modules and plugins/filter only, the Ansible-facing shells: ansible-test's
+#   pylint      on plugins/modules, plugins/filter and plugins/lookup only, the Ansible-facing shells: ansible-test's
 #               fixed pylint config bans `_` as a throwaway name, which module_utils, tests and
 #               tools use by convention (ruff lints all of them, `make lint`).
 # Ignores: tests/sanity/ignore-<core>.txt, each line with its reason. About 40 s with warm venvs
@@ -101,7 +101,7 @@ sanity: setup
 	  test -s "$$cache" || install -D -m 644 tools/ansible_test_get_pip.py "$$cache"
 	py=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); cd $(SANITY_DIR) && \
 	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --skip-test pylint && \
-	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --test pylint plugins/modules/ plugins/filter/
+	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --test pylint plugins/modules/ plugins/filter/ plugins/lookup/
 
 # The newest ansible-core on a newer Python (skipped, and said so, where none is installed).
 test-newcore:
