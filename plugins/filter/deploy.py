@@ -89,6 +89,29 @@ def _deployment_diff(plan: dict[str, Any], previous: dict[str, Any] | None, chan
     return {"restart": restart, "remove": remove, "keep": [n for n in planned if n not in touched]}
 
 
+def _preflight_spec(plan: dict[str, Any], *, engine: str, python: str, install: bool,
+                    venv_python: str = "python3") -> dict[str, Any]:
+    """What llmops.sglang.preflight checks for a plan: every HTTP and NCCL port of its
+    instances, the model's config.json (a local model path), and the interpreter that will
+    run the servers (or, when the role creates the venv, the one that creates it)."""
+    ports = []
+    for inst in plan.get("instances", []):
+        ports.append({"port": inst["port"], "instance": inst["name"], "what": "HTTP"})
+        if inst.get("nccl_port"):
+            ports.append({"port": inst["nccl_port"], "instance": inst["name"], "what": "NCCL"})
+    files = []
+    model_path = str((plan.get("model") or {}).get("path") or "")
+    if model_path.startswith("/"):
+        files.append({"path": model_path.rstrip("/") + "/config.json", "what": "the model's config",
+                      "fix": f"sglang_model_path={model_path} must be the model's folder on this host"})
+    if install:
+        executables = [{"path": venv_python, "what": "the Python that creates the venv (sglang_venv_python)"}]
+    else:
+        executables = [{"path": python, "what": f"the {engine} server's Python (sglang_python)",
+                        "fix": "point sglang_python at an existing installation, or set sglang_install: true"}]
+    return {"ports": ports, "files": files, "executables": executables}
+
+
 def _status_line(status: dict[str, Any]) -> str:
     """One line per instance for people: up/down, version, limits, accept length."""
     state = "up" if status.get("up") else "DOWN"
@@ -122,6 +145,7 @@ class FilterModule:
             "deployment_manifest": _deployment_manifest,
             "deployment_diff": _deployment_diff,
             "service_records": _service_records,
+            "preflight_spec": _preflight_spec,
             "status_line": _status_line,
             "reclaim_pinned": _reclaim_pinned,
         }

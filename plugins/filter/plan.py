@@ -38,15 +38,21 @@ def hicache_plan_filter(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, An
         raise AnsibleFilterError(f"llmops.sglang.hicache_plan: bad arguments: {exc}") from None
 
 
-def instance_plan_filter(facts: Mapping[str, Any], validate: bool = True, **kwargs: Any) -> dict[str, Any]:
+def instance_plan_filter(facts: Mapping[str, Any], validate: bool = True, on_error: str = "raise",
+                         **kwargs: Any) -> dict[str, Any]:
     """``sglang_host | llmops.sglang.instance_plan(profile=..., model_path=..., ...)``; the plan's
-    argv is checked against the release's flag schema unless ``validate=false``."""
+    argv is checked against the release's flag schema unless ``validate=false``. With
+    ``on_error='return'`` a plan that cannot be made comes back as ``{error: message}`` (for a
+    ``fail`` task whose message starts with the value, the variable and the fix, without the
+    templating error's prefix)."""
     try:
         plan = instance_plan(_plain(facts), **_plain(kwargs))
         if validate:
             validate_plan(plan)
         return plan
     except ValueError as exc:  # PlanError and bad values
+        if on_error == "return":
+            return {"error": str(exc)}
         raise AnsibleFilterError(str(exc)) from None
     except TypeError as exc:
         raise AnsibleFilterError(f"llmops.sglang.instance_plan: bad arguments: {exc}") from None

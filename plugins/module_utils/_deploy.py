@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _detached
+from ansible_collections.llmops.sglang.plugins.module_utils import _detached, _serverinfo
 
 MANIFEST_SCHEMA_VERSION = 1
 
@@ -202,7 +202,7 @@ def server_info(base_url: str, api_key: str | None = None, timeout: float = 10.0
                 getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
                 ) -> dict[str, Any] | None:
     """Server info from /server_info, falling back to the older /get_server_info."""
-    for path in ("/server_info", "/get_server_info"):
+    for path in _serverinfo.SERVER_INFO_PATHS:
         status, body = getter(base_url.rstrip("/") + path, timeout, api_key)
         if status == 200:
             try:
@@ -234,8 +234,7 @@ def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: f
     url = (inst.get("connect_url") or "").rstrip("/")
     health, _ = getter(url + "/health", timeout, api_key) if url else (0, b"")
     info = server_info(url, api_key, timeout, getter) if health == 200 else None
-    states = (info or {}).get("internal_states") or [{}]
-    state0 = states[0] if isinstance(states, list) and states else {}
+    summary = _serverinfo.summarize(info or {})
     return {
         "name": inst["name"],
         "url": url,
@@ -244,9 +243,9 @@ def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: f
         "process": process_state(inst, pids),
         "pid": inst.get("pid"),
         "pids": sorted(pids or []),
-        "version": (info or {}).get("version"),
-        "max_running_requests": (info or {}).get("max_running_requests"),
-        "avg_spec_accept_length": state0.get("avg_spec_accept_length"),
-        "last_gen_throughput": state0.get("last_gen_throughput"),
+        "version": summary["version"],
+        "max_running_requests": summary["max_running_requests"],
+        "avg_spec_accept_length": summary["avg_spec_accept_length"],
+        "last_gen_throughput": summary["last_gen_throughput"],
         "server_info_path": (info or {}).get("_path"),
     }

@@ -43,6 +43,7 @@ PROC = Path("/proc")
 MARKER_ENV = "LLMOPS_DETACHED_SERVICE"
 POLL_S = 0.05
 PID_FILE_MODE = 0o644
+LOG_FILE_MODE = 0o600
 _DEAD_STATES = frozenset("ZX")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -338,6 +339,7 @@ class ServiceStatus:
     stale: bool = False
     group_pids: list[int] = field(default_factory=list)
     record: PidRecord | None = None
+    adopted: bool = False  # running, found by its working directory: its pid file was missing or unreadable
 
 
 @dataclass
@@ -437,34 +439,78 @@ def _identity_ok(spec: ServiceSpec, record: PidRecord, stat: ProcStat, cmdline: 
     return bool(cmdline) and spec.command[0] in cmdline
 
 
-def status(spec: ServiceSpec) -> ServiceStatus:
-    """Observe the service; changes nothing."""
-    record = read_pid_file(spec.pid_file)
-    exists = Path(spec.pid_file).exists()
-    if record is None:
-        return ServiceStatus(running=False, pid_file_exists=exists, stale=exists)
-    stat = read_stat(record.pid)
-    cmdline = read_cmdline(record.pid) if stat is not None else []
-    if stat is None or not _identity_ok(spec, record, stat, cmdline):
-        return ServiceStatus(
-            running=False,
-            pid_file_exists=True,
-            stale=True,
-            group_pids=[s.pid for s in orphans(spec, record)],
-            record=record,
-        )
+def read_cwd(pid: int, proc: Path = PROC) -> str | None:
+    try:
+        return os.readlink(proc / str(pid) / "cwd")
+    except OSError:
+        return None
+
+
+def find_by_workdir(spec: ServiceSpec, proc: Path = PROC) -> ProcStat | None:
+    """The service's leader when its pid file cannot say (missing, unreadable, written over):
+    a live session leader (``start`` makes the server one) working in the service's ``chdir``,
+    running ``match``, and carrying the service's marker when its environment is readable.
+    Only with both ``chdir`` and ``match``; the earliest started when several qualify."""
+    if not spec.chdir or not spec.match:
+        return None
+    folder = os.path.realpath(spec.chdir)
+    found = []
+    for stat in all_stats(proc):
+        if stat.pid != stat.sid or not stat.alive or read_cwd(stat.pid, proc) != folder:
+            continue
+        if spec.match not in " ".join(read_cmdline(stat.pid, proc)):
+            continue
+        environ = read_environ(stat.pid, proc)
+        if environ is not None and environ.get(MARKER_ENV, spec.name) != spec.name:
+            continue
+        found.append(stat)
+    return min(found, key=lambda s: s.starttime) if found else None
+
+
+def _running(stat: ProcStat, record: PidRecord | None, adopted: bool = False) -> ServiceStatus:
     started = start_epoch(stat.starttime)
     return ServiceStatus(
         running=True,
         pid=stat.pid,
         pgid=stat.pgid,
-        cmdline=cmdline,
+        cmdline=read_cmdline(stat.pid),
         started_at=iso_utc(started),
         uptime=round(max(0.0, time.time() - started), 2),
-        pid_file_exists=True,
+        pid_file_exists=record is not None,
         group_pids=[s.pid for s in group_members(stat.pgid)],
         record=record,
+        adopted=adopted,
     )
+
+
+def status(spec: ServiceSpec) -> ServiceStatus:
+    """Observe the service; changes nothing. A server whose pid file is missing or unreadable
+    but that runs in the service's folder is found all the same (``adopted``)."""
+    try:
+        record = read_pid_file(spec.pid_file)
+    except DetachedServiceError:
+        record = None
+    exists = Path(spec.pid_file).exists()
+    if record is None:
+        leader = find_by_workdir(spec)
+        if leader is not None:
+            return _running(leader, None, adopted=True)
+        return ServiceStatus(running=False, pid_file_exists=exists, stale=exists)
+    stat = read_stat(record.pid)
+    cmdline = read_cmdline(record.pid) if stat is not None else []
+    if stat is None or not _identity_ok(spec, record, stat, cmdline):
+        survivors = orphans(spec, record)
+        leader = find_by_workdir(spec) if not survivors else None
+        if leader is not None:  # the pid file names another process: the server runs all the same
+            return _running(leader, None, adopted=True)
+        return ServiceStatus(
+            running=False,
+            pid_file_exists=True,
+            stale=True,
+            group_pids=[s.pid for s in survivors],
+            record=record,
+        )
+    return _running(stat, record)
 
 
 def belongs_to(record: PidRecord, pid: int, service: str, proc: Path = PROC) -> bool:
@@ -607,9 +653,29 @@ def stop(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
 # start
 
 
+# Secrets a server may print (SGLang logs its whole server_args, api_key included): a log tail
+# the collection shows (a failed start, a readiness timeout) never repeats them.
+_SECRET_PATTERNS = (
+    re.compile(r"((?:admin_)?api_key\s*=\s*)('[^']*'|\"[^\"]*\"|[^,\s)]+)"),  # server_args=ServerArgs(api_key='...')
+    re.compile(r"(\"(?:admin_)?api_key\"\s*:\s*)(\"[^\"]*\")"),  # JSON
+    re.compile(r"(--(?:admin-)?api-key[ =])(\S+)"),  # a command line
+    re.compile(r"(Bearer\s+)(\S+)", re.IGNORECASE),
+    re.compile(r"((?:HF_TOKEN|HUGGING_FACE_HUB_TOKEN|SGLANG_API_KEY)\s*[=:]\s*)(\S+)"),
+    re.compile(r"()(hf_[A-Za-z0-9]{20,})"),
+)
+REDACTED = "<redacted>"
+
+
+def redact(line: str) -> str:
+    """A log line with the secrets it may hold replaced by <redacted> (None values kept)."""
+    for pattern in _SECRET_PATTERNS:
+        line = pattern.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) in ("None", "null") else REDACTED), line)
+    return line
+
+
 def log_tail(path: str, lines: int, offset: int = 0) -> list[str]:
     """The last ``lines`` lines of the log written after byte ``offset`` (the whole log's tail
-    when nothing was written after it)."""
+    when nothing was written after it), secrets redacted (``redact``)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -622,7 +688,7 @@ def log_tail(path: str, lines: int, offset: int = 0) -> list[str]:
     except OSError:
         return []
     text = data.decode("utf-8", errors="replace").splitlines()
-    return text[-lines:] if lines > 0 else []
+    return [redact(line) for line in text[-lines:]] if lines > 0 else []
 
 
 @dataclass(frozen=True)
@@ -675,9 +741,11 @@ def _open_log(spec: ServiceSpec, creds: _Credentials) -> tuple[int, int]:
     log = Path(spec.log_file)
     log.parent.mkdir(parents=True, exist_ok=True)
     created = not log.exists()
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_FILE_MODE)
     if created and (creds.uid is not None or creds.gid is not None):
         os.fchown(fd, -1 if creds.uid is None else creds.uid, -1 if creds.gid is None else creds.gid)
+    if os.fstat(fd).st_mode & 0o077:  # a server's log may hold its secrets: its owner only
+        os.fchmod(fd, LOG_FILE_MODE)
     return fd, os.fstat(fd).st_size
 
 
@@ -685,6 +753,18 @@ def start(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
     """Start the service unless it is running. Returns once the child runs in its own session,
     the pid file is written and ``start_grace`` has passed without the child exiting."""
     current = status(spec)
+    if current.running and current.adopted and current.pid is not None:
+        if check_mode:
+            return ActionResult(True, current, msg=f"{spec.name} runs (pid {current.pid}); its pid file would be "
+                                                   "written again")
+        leader = read_stat(current.pid)
+        if leader is not None:
+            write_pid_file(spec.pid_file, PidRecord(
+                pid=leader.pid, pgid=leader.pgid, starttime=leader.starttime, boot_id=boot_id(),
+                started_at=iso_utc(start_epoch(leader.starttime)), name=spec.name, argv=tuple(spec.command)))
+            return ActionResult(True, status(spec), removed_stale_pid_file=True,
+                                msg=f"{spec.name} was running (pid {leader.pid}) but its pid file was missing or "
+                                    "unreadable: the pid file was written again; the server was not restarted")
     if current.running:
         return ActionResult(False, current, msg=f"{spec.name} is already running (pid {current.pid})")
     if check_mode:

@@ -9,7 +9,10 @@ instance ``gpuN`` of the deployment under ``base_dir`` when
 - process backend: it is in the process group or session that the instance's pid file
   records (this boot, started no earlier than the leader, and carrying the instance's
   service marker when its environment is readable: ``_detached.belongs_to``);
-- systemd backend: it runs in the control group of the unit ``sglang@gpuN.service``.
+- systemd backend: it runs in the control group of the unit ``sglang@gpuN.service``;
+- either: it works in the instance's folder (its cwd; the launch script and the unit start
+  there, and SGLang's processes stay there), which also finds a server whose pid file was
+  deleted or written over.
 
 Anything else on a GPU is foreign: the plan refuses that GPU unless told to go ahead.
 
@@ -17,6 +20,7 @@ Stdlib only, Python >= 3.8 (shipped to hosts inside ``llmops.sglang.host_facts``
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +35,7 @@ class InstanceProcesses:
     name: str
     pids: list[int] = field(default_factory=list)
     gpus: list[int] = field(default_factory=list)
-    backend: str | None = None  # "process" (pid file), "systemd" (unit cgroup), None (none seen)
+    backend: str | None = None  # "process" (pid file), "systemd" (unit cgroup), "workdir", None (none seen)
 
     def to_fact(self) -> dict[str, object]:
         return {"name": self.name, "pids": sorted(self.pids), "gpus": list(self.gpus),
@@ -108,6 +112,7 @@ def find_ownership(base_dir: str | None, proc_root: str | Path = _detached.PROC)
     by_pgid: dict[int, list[str]] = {}
     for name, record in records.items():
         by_pgid.setdefault(record.pgid, []).append(name)
+    by_dir = {os.path.realpath(_layout.instance_dir(base_dir, name)): name for name in ownership.instances}
     for stat in _detached.all_stats(proc):
         if not (stat.alive or _detached.has_live_threads(stat.pid, proc)):
             continue
@@ -120,6 +125,11 @@ def find_ownership(base_dir: str | None, proc_root: str | Path = _detached.PROC)
             unit = _layout.unit_instance(_read(proc / str(stat.pid) / "cgroup") or "")
             if unit in ownership.instances:
                 owner, backend = unit, "systemd"
+        if owner is None:
+            folder = _detached.read_cwd(stat.pid, proc)
+            marker = (_detached.read_environ(stat.pid, proc) or {}).get(_detached.MARKER_ENV) if folder in by_dir else None
+            if folder in by_dir and marker in (None, _layout.service_name(by_dir[folder])):
+                owner, backend = by_dir[folder], "workdir"
         if owner is not None:
             ownership.owner_by_pid[stat.pid] = owner
             inst = ownership.instances[owner]

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo
+
 try:
     import aiohttp
 
@@ -62,7 +64,7 @@ CLIENT_CPU_LIMIT = 0.85
 CLIENT_LAG_LIMIT_MS = 20.0
 TICK_S = 0.01
 READ_BUFSIZE = 1 << 22  # native streams repeat the cumulative output: long lines
-SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+SERVER_INFO_PATHS = _serverinfo.SERVER_INFO_PATHS
 PROBE_TIMEOUT_S = 10.0
 MAX_ERROR_MESSAGES = 5
 # Level warm-up: max(C, prompts) requests of this many tokens and more (staggered) at the level's
@@ -1048,27 +1050,8 @@ def _http_error_message(raw: bytes) -> str:
 
 
 def server_summary(info: dict[str, Any]) -> dict[str, Any]:
-    """What a snapshot keeps from /server_info: version, effective max_running_requests (the
-    scheduler's ``effective_max_running_requests_per_dp`` when reported, else its
-    ``max_running_requests``, else the launch argument), spec accept length, generation
-    throughput."""
-    states = info.get("internal_states")
-    state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-    mrr = state.get("effective_max_running_requests_per_dp")
-    if mrr is None:
-        mrr = state.get("max_running_requests")
-    if mrr is None:
-        mrr = info.get("max_running_requests")
-    return {
-        "version": info.get("version"),
-        "max_running_requests": mrr,
-        "avg_spec_accept_length": state.get("avg_spec_accept_length"),
-        "last_gen_throughput": state.get("last_gen_throughput"),
-        "dp_size": info.get("dp_size"),
-        "speculative_algorithm": info.get("speculative_algorithm"),
-        # the embedded engine reports how fast it runs against the GPU it models
-        "time_scale": (info.get("llmops_sim") or {}).get("time_scale") if isinstance(info.get("llmops_sim"), dict) else None,
-    }
+    """What a snapshot keeps from /server_info (``_serverinfo.summarize``, shared with status)."""
+    return _serverinfo.summarize(info)
 
 
 _RATE_KEYS = ("output_tok_s", "steady_output_tok_s", "req_s")
@@ -1424,152 +1407,183 @@ async def _within(awaitable: Any, deadline: float, default: Any) -> Any:
         return default
 
 
-async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
-    """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1)."""
-    if not HAS_AIOHTTP:
-        raise SweepError(f"aiohttp is not importable: {AIOHTTP_IMPORT_ERROR}")
-    opts = options.normalized()
-    started = utc_now_iso()
-    t0 = time.perf_counter()
-    sweep_deadline = t0 + opts.sweep_timeout
-    warnings: list[str] = []
-    points: list[dict[str, Any]] = []
-    records: list[dict[str, Any]] = []
-    stopped_on_plateau = False
-    stopped_on_timeout = False
-    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
-    async with aiohttp.ClientSession(
-        connector=connector, headers=headers, read_bufsize=READ_BUFSIZE
-    ) as session:
-        probe = _Probe(opts, session)
-        model = opts.model
-        if model is None:
-            model, error = await probe.model()
-            if model is None and opts.api == "openai":
-                raise SweepError(
-                    f"cannot learn the model name from {opts.url}/v1/models ({error}); "
-                    "is the server up? Set the model option to skip this lookup."
+class _SweepRun:
+    """One sweep in progress: its options, session, client and what it has found so far."""
+
+    def __init__(self, opts: SweepOptions, session: Any) -> None:
+        self.opts = opts
+        self.t0 = time.perf_counter()
+        self.deadline = self.t0 + opts.sweep_timeout
+        self.warnings: list[str] = []
+        self.points: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []
+        self.stopped_on_plateau = False
+        self.stopped_on_timeout = False
+        self.probe = _Probe(opts, session)
+        self.session = session
+        self.prompts = list(opts.prompts or DEFAULT_PROMPTS)
+        self.metrics_ok: bool | None = None  # None: /metrics not asked yet
+        self.model: str | None = opts.model
+        self.client: _Client | None = None
+        self.before: dict[str, Any] = {}
+        self.after: dict[str, Any] = {}
+        self.warm_ok = 0
+
+    def timeout(self, where: str) -> None:
+        self.stopped_on_timeout = True
+        self.warnings.append(f"sweep_timeout={self.opts.sweep_timeout:g}s reached {where}")
+
+    async def resolve_model(self) -> None:
+        if self.model is not None:
+            return
+        self.model, error = await self.probe.model()
+        if self.model is None and self.opts.api == "openai":
+            raise SweepError(
+                f"cannot learn the model name from {self.opts.url}/v1/models ({error}); "
+                "is the server up? Set the model option to skip this lookup."
+            )
+        if self.model is None:
+            self.warnings.append(f"no model from /v1/models ({error}); native requests sent without one")
+
+    async def metrics_snapshot(self, when: str) -> dict[str, dict[str, Any]] | None:
+        """/metrics histograms; a server without /metrics is asked once."""
+        if self.metrics_ok is False:
+            return None
+        parsed, error = await self.probe.metrics()
+        if parsed is None:
+            if self.metrics_ok is None:
+                self.metrics_ok = False
+                self.warnings.append(
+                    f"no server-side latency: {self.opts.url}{METRICS_PATH} answered {error} "
+                    "(SGLang serves it with --enable-metrics; the profiles turn it on)"
                 )
-            if model is None:
-                warnings.append(f"no model from /v1/models ({error}); native requests sent without one")
-        before = await probe.server_info()
-        if not before["ok"]:
-            warnings.append(f"server info unavailable ({before.get('error')}); server fields are null")
-        client = _Client(opts, session, model)
-        prompts = list(opts.prompts or DEFAULT_PROMPTS)
-        metrics_state: dict[str, bool | None] = {"ok": None}  # None: not tried yet
+            else:
+                self.warnings.append(f"{METRICS_PATH} unreadable {when} ({error}): no server-side latency there")
+            return None
+        self.metrics_ok = True
+        return parsed
 
-        async def metrics_snapshot(when: str) -> dict[str, dict[str, Any]] | None:
-            """/metrics histograms; a server without /metrics is asked once."""
-            if metrics_state["ok"] is False:
-                return None
-            parsed, error = await probe.metrics()
-            if parsed is None:
-                if metrics_state["ok"] is None:
-                    metrics_state["ok"] = False
-                    warnings.append(
-                        f"no server-side latency: {opts.url}{METRICS_PATH} answered {error} "
-                        "(SGLang serves it with --enable-metrics; the profiles turn it on)"
-                    )
-                else:
-                    warnings.append(f"{METRICS_PATH} unreadable {when} ({error}): no server-side latency there")
-                return None
-            metrics_state["ok"] = True
-            return parsed
-
-        warm_ok = 0
-        for i in range(opts.warmup):
+    async def initial_warmup(self) -> None:
+        """``warmup`` requests one after the other before the first level, not measured."""
+        client = self.client
+        if client is None:
+            raise AssertionError("the client is made before the warm-up")
+        for i in range(self.opts.warmup):
             trace = Trace(level=-1, concurrency=1, index=i, worker=0)
-            remaining = sweep_deadline - time.perf_counter()
+            remaining = self.deadline - time.perf_counter()
             try:
-                await asyncio.wait_for(client.send(trace, prompts[i % len(prompts)]), max(remaining, 0.001))
+                await asyncio.wait_for(client.send(trace, self.prompts[i % len(self.prompts)]),
+                                       max(remaining, 0.001))
             except _TIMEOUTS:
                 trace.fail("timeout", "sweep_timeout reached during warm-up")
             if trace.ok:
-                warm_ok += 1
+                self.warm_ok += 1
             else:
-                warnings.append(f"warm-up request {i} failed ({trace.error_kind}): {trace.error}")
-        after = before
-        for level, concurrency in enumerate(opts.concurrency):
-            now = time.perf_counter()
-            if now >= sweep_deadline:
-                stopped_on_timeout = True
-                warnings.append(f"sweep_timeout={opts.sweep_timeout:g}s reached before C={concurrency}")
-                break
-            await _within(probe.warm_connections(concurrency), sweep_deadline, None)
-            warm: dict[str, Any] | None = None
-            if opts.level_warmup:
-                deadline = min(time.perf_counter() + opts.level_timeout, sweep_deadline)
-                warm_run = await run_level(
-                    client, level, concurrency, deadline, prompts, warmup_tokens=opts.level_warmup_tokens
-                )
-                warm = summarize_warmup(warm_run, opts.level_warmup_tokens)
-                if warm["errors"]["total"]:
-                    kinds = ", ".join(f"{k} {warm['errors'][k]}" for k in ERROR_KINDS if warm["errors"][k])
-                    warnings.append(
-                        f"C={concurrency}: {warm['errors']['total']} of {warm['requests']} level warm-up requests "
-                        f"failed ({kinds}): {'; '.join(warm['error_messages'][:2])}"
-                    )
-                if time.perf_counter() >= sweep_deadline:
-                    stopped_on_timeout = True
-                    warnings.append(f"sweep_timeout={opts.sweep_timeout:g}s reached during the warm-up of C={concurrency}")
-                    break
-            metrics_before = await _within(metrics_snapshot(f"before C={concurrency}"), sweep_deadline, None)
-            deadline = min(time.perf_counter() + opts.level_timeout, sweep_deadline)
-            run = await run_level(client, level, concurrency, deadline, prompts)
-            metrics_after = (
-                await _within(metrics_snapshot(f"after C={concurrency}"), sweep_deadline, None)
-                if metrics_before is not None else None
+                self.warnings.append(f"warm-up request {i} failed ({trace.error_kind}): {trace.error}")
+
+    async def level_warmup(self, level: int, concurrency: int) -> dict[str, Any] | None:
+        """The level's discarded warm-up round (``run_level`` with warmup_tokens), summarized."""
+        if not self.opts.level_warmup or self.client is None:
+            return None
+        deadline = min(time.perf_counter() + self.opts.level_timeout, self.deadline)
+        warm_run = await run_level(self.client, level, concurrency, deadline, self.prompts,
+                                   warmup_tokens=self.opts.level_warmup_tokens)
+        warm = summarize_warmup(warm_run, self.opts.level_warmup_tokens)
+        if warm["errors"]["total"]:
+            kinds = ", ".join(f"{k} {warm['errors'][k]}" for k in ERROR_KINDS if warm["errors"][k])
+            self.warnings.append(
+                f"C={concurrency}: {warm['errors']['total']} of {warm['requests']} level warm-up requests "
+                f"failed ({kinds}): {'; '.join(warm['error_messages'][:2])}"
             )
-            after = await _within(probe.server_info(), sweep_deadline, _NO_INFO)
-            point = summarize_level(run)
-            point["level_warmup"] = warm
-            if metrics_before is not None and metrics_after is not None:
-                point["server"] = server_latency(metrics_before, metrics_after)
-            point["server_after"] = {k: after.get(k) for k in (
-                "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
-            )}
-            if points:
-                prev = [p for p in points if p["ok"] > 0]
-                if prev and point["ok"] > 0:
-                    gain = gain_per_doubling(
-                        prev[-1]["concurrency"], prev[-1]["output_tok_s"], concurrency, point["output_tok_s"]
-                    )
-                    point["gain_per_doubling"] = None if gain is None else round(gain, 4)
-            points.append(point)
-            if opts.return_records:
-                records.extend(trace_record(t, t0) for t in run.traces)
-            if run.timed_out and deadline >= sweep_deadline:
-                stopped_on_timeout = True
-                warnings.append(f"sweep_timeout={opts.sweep_timeout:g}s reached during C={concurrency}")
-                break
-            if opts.stop_on_plateau and plateau_reached(points, opts.plateau_gain):
-                stopped_on_plateau = True
-                break
-    finished = utc_now_iso()
-    srv_info = after if after.get("ok") else before
-    scale = srv_info.get("time_scale") or before.get("time_scale")
-    time_base = "wall"
-    if isinstance(scale, (int, float)) and scale > 0 and scale != 1:
-        to_model_time(points, records, float(scale))
-        time_base = "model"
-        warnings.append(
-            f"the server is the embedded engine at time scale {scale:g}: rates and latencies are "
-            "converted to the GPU time it models (wall-clock figures under each point's 'wall')"
+        return warm
+
+    async def measure_level(self, level: int, concurrency: int,
+                            warm: dict[str, Any] | None) -> tuple[dict[str, Any], LevelRun, float]:
+        """One measured level with its /metrics and /server_info snapshots around it."""
+        if self.client is None:
+            raise AssertionError("the client is made before the levels")
+        metrics_before = await _within(self.metrics_snapshot(f"before C={concurrency}"), self.deadline, None)
+        deadline = min(time.perf_counter() + self.opts.level_timeout, self.deadline)
+        run = await run_level(self.client, level, concurrency, deadline, self.prompts)
+        metrics_after = (
+            await _within(self.metrics_snapshot(f"after C={concurrency}"), self.deadline, None)
+            if metrics_before is not None else None
         )
-        not_measured = []
-        for point in points:
-            check_latency(point, float(scale))
-            names = [f"{key} {'/'.join(stats)}" for key, stats in point["latency_unmeasurable"].items()]
-            if names:
-                not_measured.append(f"C={point['concurrency']} ({', '.join(names)})")
-        if not_measured:
-            warnings.append(
-                f"time scale {scale:g}: client latencies that disagree with the engine's model by more than "
-                f"{LATENCY_TOLERANCE:.0%} (not measurable at this scale, reported as n/m; the modelled values "
-                f"are under each point's 'server', the reasons under 'latency_check'): " + "; ".join(not_measured)
-            )
+        self.after = await _within(self.probe.server_info(), self.deadline, _NO_INFO)
+        point = summarize_level(run)
+        point["level_warmup"] = warm
+        if metrics_before is not None and metrics_after is not None:
+            point["server"] = server_latency(metrics_before, metrics_after)
+        point["server_after"] = {k: self.after.get(k) for k in (
+            "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
+        )}
+        prev = [p for p in self.points if p["ok"] > 0]
+        if prev and point["ok"] > 0:
+            gain = gain_per_doubling(prev[-1]["concurrency"], prev[-1]["output_tok_s"], concurrency,
+                                     point["output_tok_s"])
+            point["gain_per_doubling"] = None if gain is None else round(gain, 4)
+        return point, run, deadline
+
+    async def run_levels(self) -> None:
+        for level, concurrency in enumerate(self.opts.concurrency):
+            if time.perf_counter() >= self.deadline:
+                self.timeout(f"before C={concurrency}")
+                break
+            await _within(self.probe.warm_connections(concurrency), self.deadline, None)
+            warm = await self.level_warmup(level, concurrency)
+            if warm is not None and time.perf_counter() >= self.deadline:
+                self.timeout(f"during the warm-up of C={concurrency}")
+                break
+            point, run, deadline = await self.measure_level(level, concurrency, warm)
+            self.points.append(point)
+            if self.opts.return_records:
+                self.records.extend(trace_record(t, self.t0) for t in run.traces)
+            if run.timed_out and deadline >= self.deadline:
+                self.timeout(f"during C={concurrency}")
+                break
+            if self.opts.stop_on_plateau and plateau_reached(self.points, self.opts.plateau_gain):
+                self.stopped_on_plateau = True
+                break
+
+    async def run(self) -> None:
+        await self.resolve_model()
+        self.before = await self.probe.server_info()
+        self.after = self.before
+        if not self.before["ok"]:
+            self.warnings.append(f"server info unavailable ({self.before.get('error')}); server fields are null")
+        self.client = _Client(self.opts, self.session, self.model)
+        await self.initial_warmup()
+        await self.run_levels()
+
+
+def _convert_time_base(points: list[dict[str, Any]], records: list[dict[str, Any]], scale: Any,
+                       warnings: list[str]) -> str:
+    """A run against the time-scaled embedded engine in the GPU time it models, its client
+    latencies checked against the engine's own; returns the time base ("wall" or "model")."""
+    if not (isinstance(scale, (int, float)) and scale > 0 and scale != 1):
+        return "wall"
+    to_model_time(points, records, float(scale))
+    warnings.append(
+        f"the server is the embedded engine at time scale {scale:g}: rates and latencies are "
+        "converted to the GPU time it models (wall-clock figures under each point's 'wall')"
+    )
+    not_measured = []
+    for point in points:
+        check_latency(point, float(scale))
+        names = [f"{key} {'/'.join(stats)}" for key, stats in point["latency_unmeasurable"].items()]
+        if names:
+            not_measured.append(f"C={point['concurrency']} ({', '.join(names)})")
+    if not_measured:
+        warnings.append(
+            f"time scale {scale:g}: client latencies that disagree with the engine's model by more than "
+            f"{LATENCY_TOLERANCE:.0%} (not measurable at this scale, reported as n/m; the modelled values "
+            f"are under each point's 'server', the reasons under 'latency_check'): " + "; ".join(not_measured)
+        )
+    return "model"
+
+
+def _drift_warnings(points: list[dict[str, Any]]) -> list[str]:
+    warnings = []
     for point in points:
         drift = point.get("drift") or {}
         if drift.get("flagged"):
@@ -1579,26 +1593,33 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
                 f"(x{drift['ratio']:.2f}, threshold {DRIFT_THRESHOLD:.0%}): the server's speed was not steady "
                 "(compilation, caches, throttling or other load)"
             )
-    result: dict[str, Any] = {
+    return warnings
+
+
+def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base: str) -> dict[str, Any]:
+    """The ``sglang_sweep`` fact."""
+    opts, points, before, after = sweep.opts, sweep.points, sweep.before, sweep.after
+    srv_info = after if after.get("ok") else before
+    return {
         "schema_version": SCHEMA_VERSION,
         "url": opts.url,
         "api": opts.api,
-        "model": model,
+        "model": sweep.model,
         "server": {
             "version": srv_info.get("version"),
             "max_running_requests": srv_info.get("max_running_requests"),
             "avg_spec_accept_length_before": before.get("avg_spec_accept_length"),
             "avg_spec_accept_length_after": after.get("avg_spec_accept_length"),
-            "server_info_path": probe.path,
+            "server_info_path": sweep.probe.path,
             "time_scale": scale,
-            "metrics": bool(metrics_state["ok"]),
+            "metrics": bool(sweep.metrics_ok),
         },
         "time_base": time_base,
         "started": started,
         "finished": finished,
-        "duration_s": round(time.perf_counter() - t0, 3),
-        "options": opts.effective(model),
-        "warmup": {"requests": opts.warmup, "ok": warm_ok},
+        "duration_s": round(time.perf_counter() - sweep.t0, 3),
+        "options": opts.effective(sweep.model),
+        "warmup": {"requests": opts.warmup, "ok": sweep.warm_ok},
         "level_warmup": {
             "enabled": opts.level_warmup,
             "max_tokens": opts.level_warmup_tokens,
@@ -1608,12 +1629,30 @@ async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
         "points": points,
         "peak": find_peak(points),
         "knee": find_knee(points, opts.plateau_gain),
-        "stopped_on_plateau": stopped_on_plateau,
-        "stopped_on_timeout": stopped_on_timeout,
-        "warnings": warnings,
-        "records": records if opts.return_records else [],
+        "stopped_on_plateau": sweep.stopped_on_plateau,
+        "stopped_on_timeout": sweep.stopped_on_timeout,
+        "warnings": sweep.warnings,
+        "records": sweep.records if opts.return_records else [],
     }
-    return result
+
+
+async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
+    """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1)."""
+    if not HAS_AIOHTTP:
+        raise SweepError(f"aiohttp is not importable: {AIOHTTP_IMPORT_ERROR}")
+    opts = options.normalized()
+    started = utc_now_iso()
+    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
+    async with aiohttp.ClientSession(connector=connector, headers=headers, read_bufsize=READ_BUFSIZE) as session:
+        sweep = _SweepRun(opts, session)
+        await sweep.run()
+    finished = utc_now_iso()
+    srv_info = sweep.after if sweep.after.get("ok") else sweep.before
+    scale = srv_info.get("time_scale") or sweep.before.get("time_scale")
+    time_base = _convert_time_base(sweep.points, sweep.records, scale, sweep.warnings)
+    sweep.warnings.extend(_drift_warnings(sweep.points))
+    return _result(sweep, started, finished, scale, time_base)
 
 
 def run_sweep(options: SweepOptions) -> dict[str, Any]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -20,17 +21,27 @@ BIN = Path(sys.executable).parent
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port_block(count: int) -> int:
-    """A base port with `count` consecutive free ports (and base + 1000 ... for NCCL)."""
+    """A base port with `count` consecutive free ports (and base + 1000 ... for NCCL), below
+    the kernel's ephemeral range: a sweep's thousands of client connections (and their
+    TIME-WAIT) live in that range and would make a port there unbindable at random. Probed
+    with SO_REUSEADDR, as the servers bind."""
+    low, _ = _ephemeral_range()
+    rng = random.Random()
     for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count + 1000 > 65000:
-            continue
+        base = rng.randrange(10000, max(low - 1000 - count, 10001))
         ok = True
         for port in list(range(base, base + count)) + list(range(base + 1000, base + 1000 + count)):
             with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from . import fake_nvidia_smi
-from .conftest import BIN, ROOT, Deployment, cleanup, group_members, make_inventory
+from .conftest import Deployment, cleanup, group_members, make_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -111,32 +111,63 @@ def test_stop_start_cycles_leave_no_orphans(deployment: Deployment) -> None:
 
 
 def test_engine_that_cannot_start_fails_with_its_log_and_leaves_the_others(tmp_path: Path) -> None:
-    dep = make_inventory(tmp_path)
+    """gpu1's engine dies at start (a GPU the embedded engine has no specs for: its own error,
+    as a real server's CUDA error would be): the deploy fails naming it, with its log tail;
+    gpu0 comes up and stays; fixed, a re-run brings both up (the GPU list is in every
+    instance's environment, so gpu0 restarts too)."""
+    dep = make_inventory(tmp_path, sglang_declared_gpus=[{"name": "NVIDIA H200", "memory_mib": 143771},
+                                                         {"name": "NVIDIA H999", "memory_mib": 143771}])
     port = dep.extra["sglang_base_port"]
-    blocker = socket.socket()
-    blocker.bind(("127.0.0.1", port + 1))  # gpu1's port is taken: its engine cannot start
-    blocker.listen(1)
     try:
         bad = dep.play("deploy.yml", profile="baseline")
         assert bad.rc != 0
         out = bad.out
         assert ("instance gpu1 is not ready" in out) or ("sglang-gpu1 exited" in out), out[-3000:]
-        assert "address already in use" in out  # the engine's own words, from its log tail
+        assert "unknown GPU 'NVIDIA H999'" in out  # the engine's own words, from its log tail
         gpu0_pid = int((dep.base / "gpu0" / "server.pid").read_text().split()[0])
         assert alive(gpu0_pid)
         # gpu1's failure can end the play while gpu0 is still loading: it comes up on its own
         assert wait_healthy(f"http://127.0.0.1:{port}", 60)
-        blocker.close()
-        retry = dep.play("deploy.yml", profile="baseline")
-        assert retry.rc == 0, retry.out[-3000:]
-        assert dep.pids()["gpu0"] == gpu0_pid
+        fixed = dep.play("deploy.yml", profile="baseline", sglang_declared_gpus=[
+            {"name": "NVIDIA H200", "memory_mib": 143771, "count": 2}])
+        assert fixed.rc == 0, fixed.out[-3000:]
+        assert all(alive(p) for p in dep.pids().values())
     finally:
-        blocker.close()
         cleanup(dep)
         for pid_file in dep.base.glob("*/server.pid"):
             pid = int(pid_file.read_text().split()[0])
             for member in group_members(pid):
                 os.kill(member, signal.SIGKILL)
+
+
+def test_preflight_refuses_before_anything_stops(deployment: Deployment, tmp_path: Path) -> None:
+    """A new configuration that cannot start changes nothing: a port held by another program
+    (named, with its pid), a model folder that is not there, a Python that is not there."""
+    assert deployment.play("deploy.yml", profile="baseline").rc == 0
+    pids = deployment.pids()
+    manifest = (deployment.base / "deployment.json").read_bytes()
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    taken = blocker.getsockname()[1]
+    try:
+        moved = deployment.play("deploy.yml", profile="mtp", sglang_base_port=taken)
+        assert moved.rc != 0 and moved.changed == 0
+        assert f"port {taken} (HTTP port of instance gpu0) is held by pid {os.getpid()}" in moved.out, moved.out[-3000:]
+    finally:
+        blocker.close()
+    missing = deployment.play("deploy.yml", profile="mtp", sglang_model_path=str(tmp_path / "no-model"),
+                              sglang_model_arch="hybrid")
+    assert missing.rc != 0 and missing.changed == 0
+    assert f"the model's config {tmp_path}/no-model/config.json does not exist on this host" in missing.out
+    no_python = deployment.play("deploy.yml", profile="mtp", sglang_python=str(tmp_path / "venv" / "bin" / "python"))
+    assert no_python.rc != 0 and no_python.changed == 0
+    assert "is not an executable file on this host" in no_python.out
+    # nothing was stopped, nothing was rewritten
+    assert deployment.pids() == pids and all(alive(p) for p in pids.values())
+    assert (deployment.base / "deployment.json").read_bytes() == manifest
+    status = deployment.play("status.yml")
+    assert status.out.count(": up http://127.0.0.1:") == 2, status.out[-2000:]
 
 
 def test_instances_no_longer_planned_are_stopped(deployment: Deployment) -> None:
@@ -188,27 +219,6 @@ def test_serial_start_policy_starts_instances_one_after_another(deployment: Depl
         < out.index("Start the batch (gpu1)")
     again = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial")
     assert again.rc == 0 and again.changed == 0, again.out[-3000:]
-
-
-def test_installed_collection_runs_its_playbooks_by_fqcn(tmp_path: Path) -> None:
-    build = tmp_path / "build"
-    env = dict(os.environ, ANSIBLE_CONFIG="", PATH=f"{BIN}:{os.environ.get('PATH', '')}")
-    res = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(build), str(ROOT)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stdout + res.stderr
-    tarball = next(build.glob("llmops-sglang-*.tar.gz"))
-    colls = tmp_path / "collections"
-    res = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(colls), str(tarball)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stdout + res.stderr
-    dep = make_inventory(tmp_path)
-    env.update(ANSIBLE_COLLECTIONS_PATH=str(colls), ANSIBLE_NOCOLOR="1")
-    res = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(dep.inventory), "llmops.sglang.deploy",
-                          "--tags", "plan", "-e", "profile=mtp_hicache"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert str(colls) in res.stdout  # the installed copy ran, not the checkout
-    assert "--enable-hierarchical-cache" in res.stdout
 
 
 def _scheduler_child(leader: int, timeout: float = 20) -> int:
@@ -276,3 +286,133 @@ def test_redeploy_on_gpus_its_own_schedulers_hold_and_refuses_foreign_ones(tmp_p
             stranger.wait()
     finally:
         cleanup(dep)
+
+
+def test_a_pid_file_written_over_starts_no_duplicate_and_stop_still_stops(deployment: Deployment) -> None:
+    """`echo 'xx garbage' > gpu0/server.pid`: the next deploy used to start a duplicate (which
+    died on its port while the old server answered readiness: rc 0, a dead pid in the
+    manifest), and stop.yml left the old server running. Now the server is found by its folder,
+    its pid file written again, and nothing restarts."""
+    assert deployment.play("deploy.yml", profile="baseline").rc == 0
+    pids = deployment.pids()
+    port = deployment.extra["sglang_base_port"]
+    (deployment.base / "gpu0" / "server.pid").write_text("xx garbage\n")
+    status = deployment.play("status.yml")
+    assert status.rc == 0 and "gpu0: up" in status.out and "process=running" in status.out, status.out[-2000:]
+    again = deployment.play("deploy.yml", "-v", profile="baseline")
+    assert again.rc == 0, again.out[-3000:]
+    assert deployment.pids() == pids  # the same servers, recorded with their live pids
+    assert all(alive(p) for p in pids.values())
+    assert int((deployment.base / "gpu0" / "server.pid").read_text().split()[0]) == pids["gpu0"]
+    assert "its pid file was missing or unreadable" in again.out
+    assert "Errno 98" not in (deployment.base / "gpu0" / "server.log").read_text()  # no duplicate tried
+    (deployment.base / "gpu1" / "server.pid").write_text("xx garbage\n")
+    stop = deployment.play("stop.yml")
+    assert stop.rc == 0, stop.out[-2000:]
+    assert not group_members(pids["gpu0"]) and not group_members(pids["gpu1"])
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port + 1}/health", timeout=3)
+
+
+def test_zero_means_automatic_from_extra_vars(deployment: Deployment) -> None:
+    """`-e sglang_max_running_requests=0` arrives as the string "0": it rendered
+    `--max-running-requests 0` and restarted both servers (status then said 1);
+    `-e sglang_hicache_size_gb=0` and `-e sglang_nccl_port_base=0` failed. Every documented
+    sentinel means automatic from -e as from YAML and JSON."""
+    first = deployment.play("deploy.yml", profile="mtp_hicache")
+    assert first.rc == 0, first.out[-3000:]
+    pids = deployment.pids()
+    argv = deployment.manifest()["instances"][0]["argv"]
+    again = deployment.play("deploy.yml", "-e", "sglang_max_running_requests=0", "-e", "sglang_hicache_size_gb=0",
+                            "-e", "sglang_nccl_port_base=0", "-e", "sglang_gpus=", profile="mtp_hicache")
+    assert again.rc == 0, again.out[-3000:]
+    assert again.changed == 0 and deployment.pids() == pids
+    assert deployment.manifest()["instances"][0]["argv"] == argv
+    assert argv[argv.index("--max-running-requests") + 1] != "0"
+    status = deployment.play("status.yml")
+    assert "max_running_requests=1 " not in status.out and "max_running_requests=" in status.out
+
+
+def test_stop_and_status_without_a_readable_manifest(deployment: Deployment) -> None:
+    """Garbage in deployment.json made stop.yml fail on a raw from_json error with nothing
+    stopped; a deleted manifest made status say "no deployment" while two servers ran. Both
+    now fall back to the instance folders, say so, and act on what is theirs."""
+    assert deployment.play("deploy.yml", profile="baseline").rc == 0
+    pids = deployment.pids()
+    manifest = deployment.base / "deployment.json"
+    manifest.unlink()
+    status = deployment.play("status.yml")
+    assert status.rc == 0, status.out[-2000:]
+    assert "does not exist; found instance folder(s) gpu0, gpu1" in status.out
+    assert status.out.count(": up http://127.0.0.1:") == 2 and "process=running" in status.out
+    manifest.write_text("{ this is not json")
+    stop = deployment.play("stop.yml")
+    assert stop.rc == 0, stop.out[-2000:]
+    assert "is not a deployment manifest" in stop.out
+    assert not any(group_members(p) for p in pids.values())
+    assert not list(deployment.base.glob("*/server.pid"))
+
+
+def test_shell_characters_in_paths_and_names_stay_quoted(tmp_path: Path) -> None:
+    """A base dir and a served model name holding spaces, `;` and `$(...)` reach the launch
+    script, the env file and the server as plain text: nothing is run, the server answers
+    with the name as given."""
+    canary = tmp_path / "pwned"
+    weird = tmp_path / f"base dir; $(touch {canary})" / "sglang"
+    name = f"my model; $(touch {canary}) `touch {canary}`"
+    dep = make_inventory(tmp_path, sglang_base_dir=str(weird), sglang_served_model_name=name, sglang_gpus=[0])
+    dep.base = weird
+    try:
+        run = dep.play("deploy.yml", profile="baseline")
+        assert run.rc == 0, run.out[-3000:]
+        assert not canary.exists()
+        url = dep.manifest()["instances"][0]["connect_url"]
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as resp:
+            assert json.loads(resp.read())["data"][0]["id"] == name
+        status = dep.play("status.yml")
+        assert status.rc == 0 and "gpu0: up" in status.out
+    finally:
+        cleanup(dep)
+    assert not canary.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates a system user and drops to it: needs root")
+def test_services_run_as_the_configured_user(tmp_path: Path) -> None:
+    """sglang_user set: the role creates it, installs the engine into a fresh venv (pip, as a
+    real host does), and every server process runs as that user; launch scripts 0750, env files
+    and logs 0600, all owned by it."""
+    import pwd
+    import shutil
+    import uuid
+
+    user = f"llmops{uuid.uuid4().hex[:6]}"
+    base = Path(f"/tmp/{user}")  # outside pytest's 0700 tmp folders: the user must reach it
+    dep = make_inventory(tmp_path, sglang_user=user, sglang_group=user, sglang_create_user=True,
+                         sglang_base_dir=str(base / "sglang"), sglang_install=True, sglang_python="",
+                         sglang_venv=str(base / "venv"), sglang_venv_python="/usr/bin/python3", sglang_gpus=[0])
+    dep.base = base / "sglang"
+    try:
+        run = dep.play("deploy.yml", profile="baseline", timeout=600)
+        assert run.rc == 0, run.out[-4000:]
+        # pre-flight: a Python the user cannot run (the test's own venv lives under /root, 0700)
+        # is refused before anything stops
+        refused = dep.play("deploy.yml", profile="baseline", sglang_install=False, sglang_python=sys.executable)
+        assert refused.rc != 0 and refused.changed == 0
+        assert f"cannot be run by {user}" in refused.out, refused.out[-3000:]
+        uid = pwd.getpwnam(user).pw_uid
+        leader = dep.pids()["gpu0"]
+        members = group_members(leader)
+        assert len(members) >= 3  # the server, its scheduler, its detokenizer
+        for pid in members:
+            uids = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if line.startswith("Uid:")).split()[1:]
+            assert {int(u) for u in uids} == {uid}, (pid, uids)
+        folder = dep.base / "gpu0"
+        for name, mode in (("launch.sh", 0o750), ("env", 0o600), ("server.log", 0o600)):
+            st = (folder / name).stat()
+            assert (st.st_uid, st.st_mode & 0o777) == (uid, mode), name
+    finally:
+        cleanup(dep)
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        subprocess.run(["groupdel", user], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)

@@ -256,3 +256,22 @@ def test_manifest_keeps_the_hicache_arithmetic_while_servers_keep_running() -> N
     third = _manifest.build(host="h", plan=plan2, engine="sim", service_manager="process",
                             services={"gpu1": {"started": True}}, ready={}, previous=first)
     assert third["hicache"]["available_bytes"] == 2
+
+
+def test_status_and_sweep_read_the_same_limit_from_server_info(fixtures_dir) -> None:
+    """One reader of /server_info (_serverinfo): status reports the limit the scheduler applies,
+    as the sweep's snapshots do, from the recorded real 0.5.17 answer."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo, _sweep
+
+    text = (fixtures_dir / "sglang-0.5.17-h200" / "hybrid" / "ep_server_info.txt").read_text()
+    body = text[text.index("{"):].encode()
+
+    def getter(url: str, timeout: float, key: str | None) -> tuple[int, bytes]:
+        return 200, (b"" if url.endswith("/health") else body)
+
+    status = _deploy.instance_status({"name": "gpu0", "connect_url": "http://x:1"}, getter=getter)
+    info = json.loads(body)
+    assert status["max_running_requests"] == _sweep.server_summary(info)["max_running_requests"] == 16
+    assert status["version"] == _serverinfo.summarize(info)["version"] == "0.5.17"
+    info["internal_states"][0]["effective_max_running_requests_per_dp"] = 9  # a clamp the scheduler applied
+    assert _serverinfo.effective_max_running_requests(info) == 9

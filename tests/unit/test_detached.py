@@ -566,3 +566,23 @@ def test_zombie_leader_with_live_threads_still_counts(tmp_path) -> None:
     fake(4301, "S", 1)   # a live member
     members = [s.pid for s in d.group_members(4242, proc=tmp_path)]
     assert members == [4242, 4301]
+
+
+def test_log_tails_never_repeat_a_secret(tmp_path: Path) -> None:
+    """SGLang logs its whole server_args, api_key included (0.5.10-0.5.23): a tail the
+    collection shows is redacted; the log itself is its owner's only (0600)."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-12-01 04:32:17] server_args=ServerArgs(model_path='/m', api_key='sk-live-123', admin_api_key=None)\n"
+        '{"api_key": "sk-live-123", "port": 1}\n'
+        "exec python -m sglang.launch_server --api-key sk-live-123 --port 1\n"
+        "curl -H 'Authorization: Bearer sk-live-123'\n"
+        "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123\n")
+    tail = d.log_tail(str(log), 10)
+    assert len(tail) == 5 and not any("sk-live-123" in line or "hf_abc" in line for line in tail)
+    assert "admin_api_key=None" in tail[0] and tail[0].count(d.REDACTED) == 1
+    spec = d.ServiceSpec(name="t", command=["/bin/true"], pid_file=str(tmp_path / "p"), log_file=str(log))
+    log.chmod(0o644)
+    fd, _ = d._open_log(spec, d.resolve_credentials(None, None))
+    os.close(fd)
+    assert log.stat().st_mode & 0o777 == 0o600

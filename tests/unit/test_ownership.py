@@ -51,7 +51,7 @@ def deployment(tmp_path: Path) -> Iterator[tuple[Path, dict[str, d.ServiceSpec]]
         script.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"{SERVER}\" sglang.launch_server\n")
         script.chmod(0o750)
         specs[name] = d.ServiceSpec(name=_layout.service_name(name), command=[str(script)],
-                                    pid_file=paths["pid_file"], log_file=paths["log_file"],
+                                    pid_file=paths["pid_file"], log_file=paths["log_file"], chdir=paths["dir"],
                                     match="sglang.launch_server", start_grace=0.2, stop_timeout=5)
         d.start(specs[name])
     yield base, specs
@@ -91,13 +91,21 @@ def test_a_stopped_instance_owns_nothing_and_its_gpu_is_not_claimed(deployment) 
     assert found.instances["gpu1"].pids == [] and found.instances_on_gpu() == {0: ["gpu0"]}
 
 
-def test_a_pid_file_of_an_earlier_boot_owns_nothing(deployment) -> None:
+def test_a_pid_file_of_an_earlier_boot_owns_nothing(deployment, tmp_path: Path) -> None:
     base, specs = deployment
     record = d.read_pid_file(specs["gpu0"].pid_file)
-    d.write_pid_file(specs["gpu0"].pid_file, d.PidRecord(
-        pid=record.pid, pgid=record.pgid, starttime=record.starttime, boot_id="another-boot"))
+    stale = d.PidRecord(pid=record.pid, pgid=record.pgid, starttime=record.starttime, boot_id="another-boot")
+    d.write_pid_file(specs["gpu0"].pid_file, stale)
+    assert not d.belongs_to(stale, record.pid, specs["gpu0"].name)  # the record grants nothing
     found = own.find_ownership(str(base))
-    assert found.owner(record.pid) is None and found.instances["gpu0"].pids == []
+    # the server still works in its folder: that, not the stale record, makes it the instance's
+    assert found.owner(record.pid) == "gpu0" and found.instances["gpu0"].backend == "workdir"
+    # a folder no server works in: nothing
+    other = tmp_path / "other"
+    paths = _layout.instance_paths(str(other), "gpu0")
+    Path(paths["dir"]).mkdir(parents=True)
+    d.write_pid_file(paths["pid_file"], stale)
+    assert own.find_ownership(str(other)).instances["gpu0"].pids == []
 
 
 def test_a_process_of_the_group_without_the_marker_is_foreign(tmp_path: Path) -> None:
@@ -223,3 +231,25 @@ def test_memory_in_use_without_listed_processes() -> None:
     gpus = _gpus((512, 0))
     hf.attach_processes(gpus, [])
     assert [g["busy"] for g in gpus] == [False, False]
+
+
+def test_a_server_whose_pid_file_was_written_over_is_found_by_its_folder(deployment) -> None:
+    """`echo 'xx garbage' > gpu0/server.pid`: the server runs on. Ownership (its GPU processes)
+    and the service's status find it by its working directory; a start writes the pid file
+    again instead of starting a duplicate; a stop stops it."""
+    base, specs = deployment
+    spec = specs["gpu0"]
+    leader = d.read_pid_file(spec.pid_file).pid
+    assert _wait(lambda: bool(_children(leader)))
+    child = _children(leader)[0]
+    Path(spec.pid_file).write_text("xx garbage\n")
+    found = own.find_ownership(str(base))
+    assert found.owner(child) == "gpu0" and found.owner(leader) == "gpu0"
+    seen = d.status(spec)
+    assert seen.running and seen.adopted and seen.pid == leader
+    again = d.start(spec)
+    assert again.changed and "written again" in again.msg and again.status.pid == leader
+    assert d.read_pid_file(spec.pid_file).pid == leader and not d.status(spec).adopted
+    assert [s.pid for s in d.group_members(leader)] == sorted([leader, child])  # no duplicate started
+    stopped = d.stop(spec)
+    assert stopped.changed and not d.group_members(leader)

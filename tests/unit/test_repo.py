@@ -57,7 +57,15 @@ def test_every_plugin_documents_itself(repo_root) -> None:
     env = dict(os.environ, ANSIBLE_CONFIG=str(repo_root / "ansible.cfg"))
     bindir = os.path.dirname(sys.executable)
     modules = sorted(p.stem for p in (repo_root / "plugins" / "modules").glob("*.py"))
-    filters = sorted(p.stem for p in (repo_root / "plugins" / "filter").glob("*.yml"))
+    # every filter the collection's FilterModules offer, not only those that happen to have docs
+    import importlib
+
+    filters = []
+    for path in sorted((repo_root / "plugins" / "filter").glob("*.py")):
+        module = importlib.import_module(f"ansible_collections.llmops.sglang.plugins.filter.{path.stem}")
+        filters.extend(module.FilterModule().filters())
+    filters.sort()
+    assert sorted(p.stem for p in (repo_root / "plugins" / "filter").glob("*.yml")) == filters
     res = subprocess.run([os.path.join(bindir, "ansible-doc"), "--json", *[f"llmops.sglang.{m}" for m in modules]],
                          cwd=repo_root, env=env, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
@@ -71,7 +79,10 @@ def test_every_plugin_documents_itself(repo_root) -> None:
                           *[f"llmops.sglang.{f}" for f in filters]],
                          cwd=repo_root, env=env, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
-    assert len(json.loads(res.stdout)) == len(filters)
+    filter_docs = json.loads(res.stdout)
+    assert sorted(filter_docs) == [f"llmops.sglang.{f}" for f in filters]
+    for name, doc in filter_docs.items():
+        assert doc["doc"]["short_description"] and doc["doc"]["description"] and doc["examples"], name
 
 
 # The checkout stands alone: no test, CI step or shipped file reads the shared folder that sits

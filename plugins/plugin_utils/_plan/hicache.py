@@ -63,6 +63,25 @@ def _pools_per_rank(release: str, traits: Mapping[str, Any], hybrid: bool, spec:
     return pools, draft
 
 
+def _reasoning(available: int, limited_by: str, reserve_gib: float, reserve: int, fraction: float, budget: int,
+               instances: int, tp_size: int, release: str, pools: int, draft: float, largest: int) -> list[str]:
+    """The sizing arithmetic, a line per step, for people (the plan's ``reasoning``)."""
+    ranks = instances * tp_size
+    per_gb = pools + draft
+    return [
+        f"available: {gb(available)} (limited by {limited_by}; the smaller of MemAvailable and the "
+        "cgroup headroom)",
+        f"budget: ({gb(available)} - reserve {reserve_gib:g} GiB = {gb(reserve)}) x {fraction:g} = {gb(budget)}",
+        f"ranks: {instances} instance(s) x TP {tp_size} = {ranks}; each rank may pin {gb(budget / ranks)}",
+        "each rank pins size x ("
+        + (f"{pools} pools: release {release} gives --hicache-size to the KV pool and to the Mamba pool"
+           if pools == 2 else "1 pool: the size covers the rank's host pools")
+        + (f" + {draft:g} for the draft model's KV host pool" if draft else "")
+        + f") = {per_gb:g} x size",
+        f"largest size that fits: floor({gb(budget / ranks)} / {per_gb:g}) = {largest} GB",
+    ]
+
+
 def hicache_plan(
     facts: dict[str, Any],
     *,
@@ -120,20 +139,10 @@ def hicache_plan(
     largest = math.floor(budget / ranks / (GB * per_gb)) if budget > 0 else 0
     while largest > 0 and pinned_rank(largest) * ranks > budget:
         largest -= 1
-
-    reasoning = [
-        f"available: {gb(available)} (limited by {limited_by}; the smaller of MemAvailable and the "
-        "cgroup headroom)",
-        f"budget: ({gb(available)} - reserve {reserve_gib:g} GiB = {gb(reserve)}) x {fraction:g} = {gb(budget)}",
-        f"ranks: {instances} instance(s) x TP {tp_size} = {ranks}; each rank may pin {gb(budget / ranks)}",
-        "each rank pins size x ("
-        + (f"{pools} pools: release {release} gives --hicache-size to the KV pool and to the Mamba pool"
-           if pools == 2 else "1 pool: the size covers the rank's host pools")
-        + (f" + {draft:g} for the draft model's KV host pool" if draft else "")
-        + f") = {per_gb:g} x size",
-        f"largest size that fits: floor({gb(budget / ranks)} / {per_gb:g}) = {largest} GB",
-    ]
-
+    reasoning = _reasoning(available, limited_by, reserve_gib, reserve, fraction, budget, instances, tp_size,
+                           release, pools, draft, largest)
+    hard_limit = max(available - reserve, 0)
+    arithmetic = (f"({gb(available)} available - {reserve_gib:g} GiB reserve) x {fraction:g}")
     if explicit_size_gb is not None:
         size = as_int(explicit_size_gb, "hicache size") or 0
         if size < 1:
@@ -144,13 +153,11 @@ def hicache_plan(
                    "no size fits: disable HiCache (a profile without it) or run fewer instances")
             raise PlanError(
                 f"{size_from}{' ' if size_from.startswith('--') else '='}{size} oversubscribes host memory on "
-                f"release {release}: "
-                f"{size} GB x {per_gb:g} per rank x {ranks} rank(s) = {gb(total)} pinned > budget "
-                f"{gb(budget)} = ({gb(available)} available - {reserve_gib:g} GiB reserve) x {fraction:g}; "
-                f"{fit} (set 0 to size it from the facts)"
+                f"release {release}: {size} GB x {per_gb:g} per rank x {ranks} rank(s) = {gb(total)} pinned > "
+                f"budget {gb(budget)} = {arithmetic}; {fit} (set 0 to size it from the facts)"
             )
         reasoning.append(f"explicit size {size} GB: {gb(total)} pinned <= budget {gb(budget)}")
-    elif keep_size_gb and keep_size_gb > 0 and pinned_rank(keep_size_gb) * ranks <= max(available - reserve, 0):
+    elif keep_size_gb and keep_size_gb > 0 and pinned_rank(keep_size_gb) * ranks <= hard_limit:
         size = keep_size_gb
         reasoning.append(f"kept {size} GB, the size the running servers have: it still fits the hard limit "
                          f"({gb(pinned_rank(size) * ranks)} pinned <= {gb(available)} available - reserve); the "

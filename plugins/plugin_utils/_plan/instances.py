@@ -228,8 +228,15 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     host = host_of(facts)
     try:
         traits = release_traits(req.release)
+    except UnknownReleaseError as exc:
+        raise PlanError(f"sglang_version={req.release!r}: {exc}") from None
+    try:
         model = model_kind(req.model_config, req.model_arch)
-    except (UnknownReleaseError, ModelKindError) as exc:
+    except ModelKindError as exc:
+        if req.model_config is None and req.model_arch is None:
+            raise PlanError(f"sglang_model_path={req.model_path!r}: no config.json could be read there on the host "
+                            "(is the path right?): give the model's folder, or declare sglang_model_arch: hybrid "
+                            "or dense") from None
         raise PlanError(str(exc)) from None
     prof = resolve_profile(req.profile, req.user_profiles)
     warnings: list[str] = []

@@ -245,7 +245,7 @@ class _Checker:
 
     def gpu_list(self, key: str) -> list[int] | None:
         value = self.kwargs.get(key)
-        if value in (None, "", []):
+        if value in (None, "", [], "[]") or (isinstance(value, str) and not value.strip()):
             return None
         items: list[Any]
         if isinstance(value, str):
