@@ -44,16 +44,15 @@ class EngineConfig:
               traits: dict[str, Any], model_config: dict[str, Any], time_scale: float,
               ) -> EngineConfig:
         model_path = str(args.get("model_path"))
-        hybrid = bool(plan.shape.is_hybrid)
-        max_running = int(plan.max_running_requests or 0)
+        hybrid = plan.shape.is_hybrid
         return cls(
             args=args, plan=plan, gpu_name=gpu_name, release=release, traits=traits,
             model_config=model_config, time_scale=time_scale, model_path=model_path,
             served_name=str(args.get("served_model_name") or model_path), hybrid=hybrid,
             spec=bool(plan.spec_algorithm), context_len=int(plan.context_len),
-            max_total_tokens=int(plan.max_total_num_tokens or 0), max_running=max_running,
+            max_total_tokens=plan.max_total_num_tokens, max_running=plan.max_running_requests,
             vocab_size=int(model_config.get("vocab_size") or 32000),
-            mamba_slots=int(plan.mamba_slots or max_running * 3) if hybrid else 0,
+            mamba_slots=plan.mamba_slots if hybrid else 0,  # at least the strategy's ratio
             graph_max_bs=int(plan.cuda_graph_max_bs),
             radix_cache=not hybrid and not args.get("disable_radix_cache"),
         )

@@ -51,7 +51,7 @@ def _decode_graph_bs(max_bs: int, spec: bool) -> list[int]:
 def startup_time(engine: Engine) -> dict[str, Any]:
     """Start-up phases in seconds, from the plan's load time."""
     spec = engine.config.spec
-    load = float(engine.config.plan.load_seconds or 0.0)
+    load = float(engine.config.plan.load_seconds)
     graphs = {"prefill": round(load * 0.55, 3), "decode": 0.0 if spec else 3.3,
               "target_verify": 15.0 if spec else 0.0, "draft_prefill": 0.0,
               "draft_decode": 6.2 if spec else 0.0, "draft_extend": 1.2 if spec else 0.0}
@@ -67,16 +67,16 @@ def memory_usage(engine: Engine) -> dict[str, Any]:
     graph["prefill"] = 0.62
     graph["target_verify" if config.spec else "decode"] = 0.06
     shape = config.plan.shape
-    tp = max(int(config.plan.tp_size or 1), 1)
-    weight = float(shape.weight_bytes or 0) / tp / 2 ** 30
-    kv_bytes = float(shape.kv_bytes_per_token or 0)
+    tp = max(config.plan.tp_size, 1)
+    weight = float(shape.weight_bytes) / tp / 2 ** 30
+    kv_bytes = float(shape.kv_bytes_per_token)
     if config.spec:
-        kv_bytes += float(shape.draft_kv_bytes_per_token or 0)
+        kv_bytes += float(shape.draft_kv_bytes_per_token)
     kvcache = config.max_total_tokens * kv_bytes / tp / 2 ** 30
     return {
         "weight": round(weight, 3),
         "kvcache": round(kvcache, 3),
-        "startup_available": round(float(config.plan.available_gpu_mem_gb or 0.0), 3),
+        "startup_available": round(float(config.plan.available_gpu_mem_gb), 3),
         "token_capacity": config.max_total_tokens,
         "token_capacity_swa": None,
         "graph": graph,

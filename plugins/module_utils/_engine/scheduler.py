@@ -325,10 +325,10 @@ class RequestScheduler:
 
     # -- state for logs, metrics and server info ----------------------------------------
     def num_running(self) -> int:
-        return int(getattr(self.sched, "num_running", 0))
+        return self.sched.num_running
 
     def num_queued(self) -> int:
-        return int(getattr(self.sched, "num_queued", 0))
+        return self.sched.num_queued
 
     def used_tokens(self) -> int:
         return sum(r.prompt_tokens + len(r.output_ids) for r in self.reqs.values())

@@ -47,5 +47,5 @@ def startup_schedule(args: dict[str, Any], plan: EnginePlan, traits: dict[str, A
     lines.append((0.0, server_args_line(args)))
     lines += sorted(((float(t), str(m)) for t, m in plan.log_lines), key=lambda item: item[0])
     last = lines[-1][0]
-    ready = float(plan.load_seconds or 0.0) + float(plan.pin_seconds or 0.0)
+    ready = plan.load_seconds + plan.pin_seconds
     return lines, max(last, ready - WARMUP_SECONDS)
