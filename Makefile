@@ -83,9 +83,9 @@ build: setup
 # sanity-newcore: compile and import on 3.10 need a 3.10 interpreter, which this machine has not;
 # vermin and tests/unit/test_py310.py cover 3.10), except
 #   shellcheck  skipped by ansible-test itself where the shellcheck program is missing;
-#   pylint      on plugins/modules, plugins/filter and plugins/lookup only, the Ansible-facing shells: ansible-test's
-#               fixed pylint config bans `_` as a throwaway name, which module_utils, tests and
-#               tools use by convention (ruff lints all of them, `make lint`).
+#   pylint      on plugins/modules, plugins/filter and plugins/lookup only, the Ansible-facing
+#               shells: ansible-test's fixed pylint config bans `_` as a throwaway name, which
+#               module_utils, tests and tools use by convention (ruff lints all of them, `make lint`).
 # Ignores: tests/sanity/ignore-<core>.txt, each line with its reason. About 40 s with warm venvs
 # on 2 cores; the first run also installs each test's requirements from PyPI (about 1.5 min).
 SANITY_ROOT := build/sanity-$(subst .,,$(notdir $(VENV)))

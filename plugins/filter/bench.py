@@ -7,6 +7,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _report
+
 
 def _sweeps_by_instance(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Loop results of throughput_sweep -> {instance name: sglang_sweep}."""
@@ -46,8 +48,17 @@ def _report_items(sweeps: dict[str, Any], manifest: dict[str, Any], host: str) -
     return items
 
 
+def _sweep_failures(items: list[dict[str, Any]]) -> list[str]:
+    """Report items ({meta, sweep}) -> one line per instance whose levels had failed requests."""
+    try:
+        return _report.failed_levels(_report.normalize(items or []))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"sweep_failures: {exc}") from exc
+
+
 class FilterModule:
     """Bench filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"sweeps_by_instance": _sweeps_by_instance, "report_items": _report_items}
+        return {"sweeps_by_instance": _sweeps_by_instance, "report_items": _report_items,
+                "sweep_failures": _sweep_failures}

@@ -29,6 +29,7 @@ from typing import Any
 MISSING = "-"
 NOT_MEASURABLE = "n/m"
 DRIFT_MARK = "~"
+ERROR_MARK = "!"
 LATEST_NAME = "latest"
 ERROR_KINDS = ("http", "stream", "timeout", "connection", "short")
 
@@ -49,6 +50,8 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("err_timeout", "errors.timeout"),
     ("err_connection", "errors.connection"),
     ("err_short", "errors.short"),
+    ("error_rate", "error_rate"),
+    ("status", "status"),
     ("output_tokens", "output_tokens"),
     ("output_tok_s", "output_tok_s"),
     ("steady_output_tok_s", "steady_output_tok_s"),
@@ -148,6 +151,35 @@ def _latency(point: dict[str, Any], path: str, decimals: int = 1) -> str:
     return NOT_MEASURABLE if _unmeasurable(point, path) else _fmt(_dig(point, path), decimals)
 
 
+def _failed(point: dict[str, Any]) -> bool:
+    """The sweep marked the level as having failed requests (``status`` errors or
+    no_requests_ok). Points of sweeps made before ``status`` existed are not marked."""
+    status = point.get("status")
+    return isinstance(status, str) and status != "ok"
+
+
+def error_text(point: dict[str, Any]) -> str:
+    """``C=4 (8 of 8 failed: 100%, connection 8)`` for one level."""
+    errors = point.get("errors") if isinstance(point.get("errors"), dict) else {}
+    parts = [f"{_fmt_count(_err_total(point))} of {_fmt_count(point.get('requests'))} failed"]
+    rate = _num(point.get("error_rate"))
+    details = ([f"{rate * 100:.0f}%"] if rate is not None else []) + [
+        f"{kind} {_fmt_count(errors.get(kind))}" for kind in ERROR_KINDS if (_num(errors.get(kind)) or 0) > 0]
+    text = parts[0] + (": " + ", ".join(details) if details else "")
+    return f"C={_fmt_count(point.get('concurrency'))} ({text})"
+
+
+def failed_levels(items: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per instance whose sweep had levels with failed requests:
+    ``host/instance (profile): C=4 (8 of 8 failed: 100%, connection 8), C=8 (...)``."""
+    lines = []
+    for item in items:
+        bad = [p for p in _points(item["sweep"]) if _failed(p)]
+        if bad:
+            lines.append(f"{_label(item['meta'])}: " + ", ".join(error_text(p) for p in bad))
+    return lines
+
+
 def _drift_flagged(point: dict[str, Any]) -> bool:
     drift = point.get("drift")
     return isinstance(drift, dict) and drift.get("flagged") is True
@@ -177,12 +209,18 @@ def _points(sweep: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def peak_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
-    """The sweep's peak {concurrency, output_tok_s}; computed from the points if absent."""
+    """The sweep's peak {concurrency, output_tok_s}; computed from the points (levels without
+    failed requests) when the sweep has no ``peak`` field. A sweep whose peak is null (no level
+    ran without errors) has none."""
     peak = sweep.get("peak")
     if isinstance(peak, dict) and _num(peak.get("output_tok_s")) is not None:
         return peak
+    if "peak" in sweep and any(_failed(p) for p in _points(sweep)):
+        return None  # the sweep found none: every level that had throughput had failed requests
     best: dict[str, Any] | None = None
     for point in _points(sweep):
+        if _failed(point):
+            continue
         tok_s = _num(point.get("output_tok_s"))
         if tok_s is not None and (best is None or tok_s > best["output_tok_s"]):
             best = {"concurrency": point["concurrency"], "output_tok_s": tok_s}
@@ -259,13 +297,15 @@ def render_table(sweep: dict[str, Any]) -> str:
     """The seed-style Markdown table for one sweep (no trailing newline).
 
     Columns: C, n, ok, err, output tok/s, avg_out, wall s (as in the seed), then TTFT p50/p99
-    and ITL p50/p99 in ms. A client-limited level has its C marked with ``*``, a level whose
-    throughput drifted within its window with ``~``. A latency the sweep found not measurable
+    and ITL p50/p99 in ms. A level with failed requests has its C marked with ``!``, a
+    client-limited level with ``*``, a level whose throughput drifted within its window with ``~``. A latency the sweep found not measurable
     (time-scaled engine, client disagreeing with the model) reads ``n/m``.
     """
     lines = [_row(TABLE_HEADER), _row(["---"] * len(TABLE_HEADER))]
     for point in _points(sweep):
         c_cell = _fmt_count(point.get("concurrency"))
+        if _failed(point):
+            c_cell += ERROR_MARK
         if point.get("client_limited") is True:
             c_cell += "*"
         if _drift_flagged(point):
@@ -322,9 +362,20 @@ def render_server_table(sweep: dict[str, Any]) -> str | None:
 
 
 def render_notes(sweep: dict[str, Any]) -> list[str]:
-    """Lines under the findings: level warm-up, drift, and what ``n/m`` stands for."""
+    """Lines under the findings: failed requests, level warm-up, drift, and what ``n/m``
+    stands for."""
     points = _points(sweep)
     notes: list[str] = []
+    failed = [p for p in points if _failed(p)]
+    if failed:
+        first = next((m[0] for p in failed for m in [p.get("error_messages")] if isinstance(m, list) and m), None)
+        notes.append(
+            f"Requests failed (marked {ERROR_MARK}): "
+            + "; ".join(error_text(p) for p in failed)
+            + ". Their throughput and latencies mix the server's work with failures (a server that died, "
+            "restarted or refused requests): they are left out of peak, knee and plateau."
+            + (f" First error: {first}" if first else "")
+        )
     warmed = [p["level_warmup"] for p in points if isinstance(p.get("level_warmup"), dict)]
     if warmed:
         failed = [
@@ -378,8 +429,9 @@ def render_notes(sweep: dict[str, Any]) -> list[str]:
 def render_findings(sweep: dict[str, Any]) -> str:
     """One line naming peak and knee and flagging client-limited levels."""
     peak = peak_of(sweep)
+    failed = [p for p in _points(sweep) if _failed(p)]
     if peak is None:
-        parts = ["Peak: none (no level completed)"]
+        parts = ["Peak: none (no level ran without failed requests)" if failed else "Peak: none (no level completed)"]
     else:
         parts = [f"Peak: {_fmt(peak.get('output_tok_s'))} tok/s at C={_fmt_count(peak.get('concurrency'))}"]
     knee = knee_of(sweep)
@@ -400,6 +452,11 @@ def render_findings(sweep: dict[str, Any]) -> str:
         )
     else:
         parts.append("client-limited levels: none")
+    if failed:
+        parts.append(
+            f"levels with failed requests (marked {ERROR_MARK}, left out of peak and knee): C="
+            + ", ".join(_fmt_count(p.get("concurrency")) for p in failed)
+        )
     if sweep.get("stopped_on_plateau") is True:
         parts.append("stopped on plateau")
     return "; ".join(parts) + "."
@@ -517,7 +574,8 @@ def render_markdown(items: Sequence[dict[str, Any]], title: str | None = None) -
         "output tok/s = output tokens / wall time of the level (ramp-up and tail included), "
         "avg_out = output tokens per ok request, wall s = first send to last finish, "
         "TTFT/ITL = time to first token / inter-token latency (token level). "
-        "`*` after C: client-limited level; `~`: throughput drifted within the level; "
+        "`!` after C: requests failed at that level; `*`: client-limited level; "
+        "`~`: throughput drifted within the level; "
         "n/m: not measurable at the engine's time scale. See docs/reports.md."
     )
     doc = f"# {title or 'SGLang throughput sweep'}\n\n{intro}\n\n{body}\n"
@@ -633,6 +691,12 @@ def _plot_throughput(items: Sequence[dict[str, Any]], path: Path, title: str, fi
         if limited:
             ax.scatter([x for x, _ in limited], [y for _, y in limited], marker="x", s=90,
                        color="black", zorder=5)
+        failed = [(x, y) for p in _points(sweep) if _failed(p)
+                  for x, y in [(_num(p.get("concurrency")), _num(p.get("output_tok_s")))]
+                  if x is not None and y is not None]
+        if failed:
+            ax.scatter([x for x, _ in failed], [y for _, y in failed], marker="o", s=150,
+                       facecolors="none", edgecolors="red", linewidths=1.5, zorder=5)
         knee = knee_of(sweep)
         if knee is not None and _num(knee.get("output_tok_s")) is not None:
             kx, ky = float(knee["concurrency"]), float(knee["output_tok_s"])
@@ -658,6 +722,9 @@ def _plot_throughput(items: Sequence[dict[str, Any]], path: Path, title: str, fi
     if any(p.get("client_limited") is True for i in items for p in _points(i["sweep"])):
         handles.append(Line2D([], [], marker="x", linestyle="", color="black"))
         labels.append("client-limited level")
+    if any(_failed(p) for i in items for p in _points(i["sweep"])):
+        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="red"))
+        labels.append("level with failed requests")
     ax.legend(handles, labels, loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, format="png")
@@ -854,6 +921,7 @@ def write_report(
 
     plots, plot_warnings = write_plots(items, out, title or "SGLang throughput sweep")
     files.extend(plots)
+    warnings.extend(f"requests failed at {line} (marked {ERROR_MARK} in summary.md)" for line in failed_levels(items))
     warnings.extend(plot_warnings)
 
     latest: str | None = None

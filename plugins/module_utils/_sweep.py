@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo
+from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import Interrupts
 
 try:
     import aiohttp
@@ -89,6 +90,14 @@ LATENCY_TOLERANCE = 0.25
 # at least this many times the client's timing jitter (loop lag p99, at least JITTER_FLOOR_MS).
 LATENCY_JITTER_FACTOR = 10.0
 JITTER_FLOOR_MS = 0.5
+# The highest concurrency level accepted unless max_concurrency says otherwise: every level opens
+# that many connections and client tasks at once, far more than any one server runs.
+MAX_CONCURRENCY = 4096
+# A level above this many times the server's effective max_running_requests mostly waits in
+# its queue: warned about.
+OVERSUBSCRIPTION = 8
+# Open files the client needs besides one connection per client (probes, the loop, the module).
+SPARE_FILES = 64
 # Python < 3.11 (engine venvs) has a separate asyncio.TimeoutError.
 _TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError, asyncio.TimeoutError)
 
@@ -116,6 +125,36 @@ class SweepError(Exception):
     """A sweep that cannot start (bad options, no model and no /v1/models, missing aiohttp)."""
 
 
+class SweepInterrupted(SweepError):
+    """A sweep stopped before its end (a signal, its controller gone): nothing is sent any more."""
+
+    def __init__(self, reason: str, current: int | None, done: Sequence[int]) -> None:
+        during = f"during C={current}" if current is not None else "before the first level"
+        finished = ", ".join(map(str, done)) or "none"
+        super().__init__(
+            f"sweep stopped: {reason} ({during}; levels finished: {finished}); its requests were cancelled "
+            "and nothing more is sent"
+        )
+        self.reason = reason
+
+
+# HTTP statuses of a server that wants an API key (SGLang's --api-key answers 401).
+AUTH_STATUSES = (401, 403)
+
+
+def auth_message(url: str, status: int, key_sent: bool) -> str:
+    """What to do when the server refuses the request for want of the right API key."""
+    if key_sent:
+        what = "refused the API key that was sent: the server expects another one"
+    else:
+        what = "requires an API key (it was started with --api-key) and none was sent"
+    return (
+        f"{url} answered HTTP {status}: the server {what}. Set the api_key option to the server's key "
+        "(bench role: sglang_bench_api_key, which defaults to the deployment's sglang_api_key, so "
+        "setting sglang_api_key as for deploy.yml is enough)."
+    )
+
+
 def missing_aiohttp_message(python: str) -> str:
     """The message a module fails with when its interpreter lacks aiohttp."""
     return (
@@ -123,6 +162,37 @@ def missing_aiohttp_message(python: str) -> str:
         "Run the sweep with the SGLang engine venv's Python (set ansible_python_interpreter to it), "
         "or on the controller (delegate_to: localhost), or install aiohttp for this interpreter."
     )
+
+
+def open_files_limit(concurrency: int, soft: int, hard: int, infinity: int) -> int | None:
+    """The soft RLIMIT_NOFILE to set for a level of ``concurrency`` clients (a connection each and
+    SPARE_FILES more): None when ``soft`` already allows it, else the files needed when the hard
+    limit allows them. Raises SweepError when it does not."""
+    needed = concurrency + SPARE_FILES
+    if soft == infinity or soft >= needed:
+        return None
+    if hard == infinity or hard >= needed:
+        return needed
+    raise SweepError(
+        f"concurrency {concurrency} needs about {needed} open files (a connection per client and {SPARE_FILES} "
+        f"more), and this process may open at most {hard} (the hard limit of ulimit -n): lower the level, or "
+        "raise the open-files limit of the user that runs the sweep (limits.conf, systemd LimitNOFILE). "
+        "Nothing was sent."
+    )
+
+
+def raise_open_files(concurrency: int) -> None:
+    """Raise this process's soft open-files limit when it is too low for ``concurrency``
+    connections (the hard limit allowing), so that a level does not fail half way through with
+    'Too many open files'."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not a Unix host
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    new = open_files_limit(concurrency, soft, hard, resource.RLIM_INFINITY)
+    if new is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
 def utc_now_iso() -> str:
@@ -158,6 +228,9 @@ class SweepOptions:
     model: str | None = None
     return_records: bool = True
     validate_certs: bool = True
+    max_concurrency: int = MAX_CONCURRENCY
+    fail_on_errors: bool = False  # acted on by the module (the sweep itself always returns)
+    watch_pid: int | None = None  # stop when this process is gone (the controller's ansible)
 
     def normalized(self) -> SweepOptions:
         """A checked copy: base URL without a trailing / or /v1, levels sorted and deduplicated."""
@@ -171,6 +244,18 @@ class SweepOptions:
         levels = sorted({int(c) for c in (self.concurrency or [])})
         if not levels or levels[0] < 1:
             raise SweepError(f"concurrency must be a non-empty list of integers >= 1, got {self.concurrency!r}")
+        if int(self.max_concurrency) < 1:
+            raise SweepError("max_concurrency must be >= 1")
+        too_high = [c for c in levels if c > int(self.max_concurrency)]
+        if too_high:
+            raise SweepError(
+                f"concurrency {', '.join(map(str, too_high))} is above max_concurrency={int(self.max_concurrency)}: "
+                "a level opens that many connections and client tasks at once, and the requests beyond the "
+                "server's max_running_requests only wait in its queue. Lower the level, or raise max_concurrency "
+                "(the bench role's sglang_bench_max_concurrency) if you mean it. Nothing was sent."
+            )
+        if self.watch_pid is not None and int(self.watch_pid) < 1:
+            raise SweepError(f"watch_pid must be a process id >= 1, got {self.watch_pid!r}")
         if self.requests is not None and self.duration is not None:
             raise SweepError("requests and duration are mutually exclusive")
         if self.requests is not None and int(self.requests) < 1:
@@ -214,6 +299,9 @@ class SweepOptions:
             model=self.model or None,
             return_records=bool(self.return_records),
             validate_certs=bool(self.validate_certs),
+            max_concurrency=int(self.max_concurrency),
+            fail_on_errors=bool(self.fail_on_errors),
+            watch_pid=None if self.watch_pid is None else int(self.watch_pid),
         )
 
     def requests_for(self, concurrency: int) -> int | None:
@@ -249,6 +337,9 @@ class SweepOptions:
             "model": model,
             "return_records": self.return_records,
             "validate_certs": self.validate_certs,
+            "max_concurrency": self.max_concurrency,
+            "fail_on_errors": self.fail_on_errors,
+            "watch_pid": self.watch_pid,
             "api_key_set": bool(self.api_key),
             "knee_share": KNEE_SHARE,
             "client_cpu_limit": CLIENT_CPU_LIMIT,
@@ -406,10 +497,20 @@ def client_limited(loop_lag_ms_p99: float | None, cpu_util: float | None) -> boo
     )
 
 
+def clean(point: dict[str, Any]) -> bool:
+    """Every request of the level succeeded (``status`` ok; a point without a status, from an
+    older sweep, by its error count)."""
+    status = point.get("status")
+    if status is not None:
+        return status == "ok"
+    return not ((point.get("errors") or {}).get("total") or 0)
+
+
 def _usable(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """Points that can speak for the server: some successful request, throughput > 0, and not
-    client-limited; when none qualifies, all points with throughput (flagged)."""
-    measured = [p for p in points if (p.get("ok") or 0) > 0 and (p.get("output_tok_s") or 0) > 0]
+    """Points that can speak for the server: every request succeeded, throughput > 0, and not
+    client-limited; when none qualifies, all clean points with throughput (flagged). A level
+    with failed requests never qualifies: its rate mixes the server's work with failures."""
+    measured = [p for p in points if (p.get("ok") or 0) > 0 and (p.get("output_tok_s") or 0) > 0 and clean(p)]
     good = [p for p in measured if not p.get("client_limited")]
     if good:
         return sorted(good, key=lambda p: p["concurrency"]), False
@@ -417,7 +518,8 @@ def _usable(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], boo
 
 
 def find_peak(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The level with the highest full-run output tok/s (the lowest concurrency on a tie)."""
+    """The level with the highest full-run output tok/s (the lowest concurrency on a tie) among
+    the levels whose requests all succeeded."""
     usable, limited = _usable(points)
     if not usable:
         return None
@@ -434,8 +536,8 @@ def find_knee(
     - is followed by a level that adds less than ``plateau_gain`` per doubling of concurrency
       (rule ``plateau``): going further buys (almost) nothing.
 
-    Levels without a successful request and client-limited levels are left out (unless every
-    level is client-limited). None when no level has throughput.
+    Levels with a failed request and client-limited levels are left out (the latter unless every
+    clean level is client-limited). None when no clean level has throughput.
     """
     usable, _ = _usable(points)
     peak = find_peak(points)
@@ -462,15 +564,53 @@ def find_knee(
     return None  # pragma: no cover - the peak itself always meets the share rule
 
 
+def oversubscription_warning(levels: Sequence[int], max_running: Any) -> str | None:
+    """A warning naming the levels above OVERSUBSCRIPTION x the server's effective
+    max_running_requests (from /server_info), or None: their requests mostly queue."""
+    if not isinstance(max_running, int) or isinstance(max_running, bool) or max_running < 1:
+        return None
+    over = [c for c in levels if c > OVERSUBSCRIPTION * max_running]
+    if not over:
+        return None
+    return (
+        f"C={', '.join(map(str, over))} is more than {OVERSUBSCRIPTION}x the server's max_running_requests "
+        f"({max_running}): it runs {max_running} requests at a time and the others wait in its queue, so these "
+        "levels measure queueing (TTFT grows with C), not more throughput"
+    )
+
+
+def error_summary(point: dict[str, Any]) -> str:
+    """``4 of 8 requests failed (50%: stream 3, connection 1)`` for one point."""
+    errors = point.get("errors") or {}
+    kinds = ", ".join(f"{kind} {errors[kind]}" for kind in ERROR_KINDS if errors.get(kind))
+    rate = point.get("error_rate")
+    share = f"{rate:.0%}: " if isinstance(rate, (int, float)) else ""
+    return f"{errors.get('total', 0)} of {point.get('requests', 0)} requests failed ({share}{kinds})"
+
+
+def error_warning(points: Sequence[dict[str, Any]]) -> str | None:
+    """One warning naming every level with failed requests and their kinds, or None."""
+    bad = [p for p in points if not clean(p)]
+    if not bad:
+        return None
+    first = next((p["error_messages"][0] for p in bad if p.get("error_messages")), None)
+    return (
+        "requests failed at " + "; ".join(f"C={p['concurrency']}: {error_summary(p)}" for p in bad)
+        + ". These levels are marked (status errors, or no_requests_ok when nothing succeeded) and left "
+        "out of peak, knee and plateau" + (f". First error: {first}" if first else "")
+    )
+
+
 def plateau_reached(points: Sequence[dict[str, Any]], plateau_gain: float) -> bool:
     """After the last point: did it gain less than ``plateau_gain`` per doubling over the previous
-    usable point? A client-limited or failed last level never counts as a plateau."""
+    usable point? A client-limited level, or one with failed requests, never counts as a
+    plateau, nor as the level it is compared with."""
     if len(points) < 2:
         return False
     last = points[-1]
-    if last.get("client_limited") or not (last.get("ok") or 0) > 0:
+    if last.get("client_limited") or not (last.get("ok") or 0) > 0 or not clean(last):
         return False
-    prev = [p for p in points[:-1] if (p.get("ok") or 0) > 0 and not p.get("client_limited")]
+    prev = [p for p in points[:-1] if (p.get("ok") or 0) > 0 and not p.get("client_limited") and clean(p)]
     if not prev:
         return False
     gain = gain_per_doubling(
@@ -998,7 +1138,10 @@ class _Client:
                 trace.http_status = resp.status
                 if resp.status != 200:
                     raw = await resp.content.read(2048)
-                    trace.fail("http", f"HTTP {resp.status}: {_http_error_message(raw)}")
+                    message = f"HTTP {resp.status}: {_http_error_message(raw)}"
+                    if resp.status in AUTH_STATUSES:
+                        message = auth_message(opts.url, resp.status, bool(opts.api_key))
+                    trace.fail("http", message)
                     return
                 headers_seen = True
                 async for line in resp.content:
@@ -1105,10 +1248,13 @@ class _Probe:
         self.session = session
         self.path: str | None = None
         self.timeout = aiohttp.ClientTimeout(total=min(PROBE_TIMEOUT_S, opts.timeout))
+        self.denied: int | None = None  # the 401/403 status of a probe the server refused
 
     async def get_json(self, path: str) -> tuple[int | None, Any, str | None]:
         try:
             async with self.session.get(self.opts.url + path, timeout=self.timeout) as resp:
+                if resp.status in AUTH_STATUSES:
+                    self.denied = resp.status
                 if resp.status != 200:
                     return resp.status, None, f"HTTP {resp.status}"
                 return resp.status, await resp.json(content_type=None), None
@@ -1262,14 +1408,14 @@ async def run_level(
     health.start()
     tasks = [asyncio.ensure_future(worker(w)) for w in range(concurrency)]
     remaining = max(0.0, deadline - time.perf_counter())
-    _, pending = await asyncio.wait(tasks, timeout=remaining)
-    timed_out = bool(pending)
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
-    await health.stop()
-    return LevelRun(level, concurrency, traces, timed_out, health, t_start, time.perf_counter())
+    try:
+        _, pending = await asyncio.wait(tasks, timeout=remaining)
+    finally:  # cut by the deadline, or the sweep itself cancelled (interrupted): no client goes on
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await health.stop()
+    return LevelRun(level, concurrency, traces, bool(pending), health, t_start, time.perf_counter())
 
 
 def warmup_level_tokens(base: int, concurrency: int, index: int) -> int:
@@ -1278,17 +1424,33 @@ def warmup_level_tokens(base: int, concurrency: int, index: int) -> int:
     return base + (index % max(concurrency, 1)) * max(1, base // 4)
 
 
-def summarize_warmup(run: LevelRun, max_tokens: int) -> dict[str, Any]:
-    """What a level's warm-up round did: requests, ok, errors by kind (counted here, never in
-    the level's errors), tokens asked and received, and how long it took."""
+def count_errors(traces: Iterable[Trace]) -> tuple[dict[str, int], list[str]]:
+    """Failed requests by kind (with ``total``) and up to MAX_ERROR_MESSAGES distinct messages."""
     errors = {kind: 0 for kind in ERROR_KINDS}
     messages: list[str] = []
-    for trace in run.traces:
+    for trace in traces:
         if trace.error_kind:
             errors[trace.error_kind] = errors.get(trace.error_kind, 0) + 1
             if trace.error and trace.error not in messages and len(messages) < MAX_ERROR_MESSAGES:
                 messages.append(trace.error)
     errors["total"] = sum(errors[k] for k in ERROR_KINDS)
+    return errors, messages
+
+
+def level_status(requests: int, errors: dict[str, int], short_is_error: bool = True) -> str:
+    """``ok`` when every request of the level succeeded, ``no_requests_ok`` when none did (or
+    none was sent), ``errors`` in between. Every error kind counts (HTTP, stream, timeout,
+    connection, short), ``short`` only when ``short_is_error``."""
+    failed = int(errors.get("total") or 0) - (0 if short_is_error else int(errors.get("short") or 0))
+    if requests <= 0 or failed >= requests:
+        return "no_requests_ok"
+    return "errors" if failed > 0 else "ok"
+
+
+def summarize_warmup(run: LevelRun, max_tokens: int) -> dict[str, Any]:
+    """What a level's warm-up round did: requests, ok, errors by kind (counted here, never in
+    the level's errors), tokens asked and received, and how long it took."""
+    errors, messages = count_errors(run.traces)
     return {
         "requests": len(run.traces),
         "ok": sum(1 for t in run.traces if t.ok),
@@ -1303,18 +1465,16 @@ def summarize_warmup(run: LevelRun, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def summarize_level(run: LevelRun) -> dict[str, Any]:
-    """One point of the sweep from its raw traces (see docs/sweep.md for each field)."""
+def summarize_level(run: LevelRun, short_is_error: bool = True) -> dict[str, Any]:
+    """One point of the sweep from its raw traces (see docs/sweep.md for each field).
+
+    ``short_is_error``: whether a ``short`` response makes the level's ``status`` "errors"
+    (false with ``ignore_eos: false``, where a model stopping early is what was asked for).
+    """
     traces = run.traces
-    errors = {kind: 0 for kind in ERROR_KINDS}
-    messages: list[str] = []
-    for trace in traces:
-        if trace.error_kind:
-            errors[trace.error_kind] = errors.get(trace.error_kind, 0) + 1
-            if trace.error and trace.error not in messages and len(messages) < MAX_ERROR_MESSAGES:
-                messages.append(trace.error)
-    errors["total"] = sum(errors[k] for k in ERROR_KINDS)
+    errors, messages = count_errors(traces)
     ok = [t for t in traces if t.ok]
+    status = level_status(len(traces), errors, short_is_error)
     completed = [t for t in traces if t.error_kind in (None, "short")]
     output_tokens = sum(t.counted_tokens for t in traces)
     if traces:
@@ -1350,6 +1510,8 @@ def summarize_level(run: LevelRun) -> dict[str, Any]:
         "ok": len(ok),
         "errors": errors,
         "error_rate": round(errors["total"] / len(traces), 4) if traces else None,
+        "status": status,
+        "errors_present": status != "ok",
         "error_messages": messages,
         "output_tokens": output_tokens,
         "avg_output_tokens": round(output_tokens / len(completed), 2) if completed else None,
@@ -1364,7 +1526,9 @@ def summarize_level(run: LevelRun) -> dict[str, Any]:
         "e2e_s": summarize([t.e2e for t in ok], 1.0, 4),
         "achieved_concurrency": round(busy / duration, 3) if duration > 0 else 0.0,
         "level_timed_out": run.timed_out,
-        "client_limited": client_limited(lag, cpu),
+        # judged on clean levels only: failed requests end at once and make a busy, short level
+        # (a dead server is not a saturated client); the health numbers stay in "client"
+        "client_limited": status == "ok" and client_limited(lag, cpu),
         "client": {"loop_lag_ms_p99": lag, "cpu_util": cpu},
         "gain_per_doubling": None,
         "drift": drift,
@@ -1428,15 +1592,23 @@ class _SweepRun:
         self.before: dict[str, Any] = {}
         self.after: dict[str, Any] = {}
         self.warm_ok = 0
+        self.current: int | None = None  # the level in progress
 
     def timeout(self, where: str) -> None:
         self.stopped_on_timeout = True
         self.warnings.append(f"sweep_timeout={self.opts.sweep_timeout:g}s reached {where}")
 
+    def check_auth(self, statuses: Iterable[int | None] = ()) -> None:
+        """Stop with what to set when the server refused a probe or a request for its API key."""
+        status = self.probe.denied or next((s for s in statuses if s in AUTH_STATUSES), None)
+        if status is not None:
+            raise SweepError(auth_message(self.opts.url, status, bool(self.opts.api_key)))
+
     async def resolve_model(self) -> None:
         if self.model is not None:
             return
         self.model, error = await self.probe.model()
+        self.check_auth()
         if self.model is None and self.opts.api == "openai":
             raise SweepError(
                 f"cannot learn the model name from {self.opts.url}/v1/models ({error}); "
@@ -1476,6 +1648,7 @@ class _SweepRun:
                                        max(remaining, 0.001))
             except _TIMEOUTS:
                 trace.fail("timeout", "sweep_timeout reached during warm-up")
+            self.check_auth([trace.http_status])
             if trace.ok:
                 self.warm_ok += 1
             else:
@@ -1488,6 +1661,8 @@ class _SweepRun:
         deadline = min(time.perf_counter() + self.opts.level_timeout, self.deadline)
         warm_run = await run_level(self.client, level, concurrency, deadline, self.prompts,
                                    warmup_tokens=self.opts.level_warmup_tokens)
+        if not self.points:  # a key problem shows at the first level; later 401s are level errors
+            self.check_auth(t.http_status for t in warm_run.traces)
         warm = summarize_warmup(warm_run, self.opts.level_warmup_tokens)
         if warm["errors"]["total"]:
             kinds = ", ".join(f"{k} {warm['errors'][k]}" for k in ERROR_KINDS if warm["errors"][k])
@@ -1510,15 +1685,15 @@ class _SweepRun:
             if metrics_before is not None else None
         )
         self.after = await _within(self.probe.server_info(), self.deadline, _NO_INFO)
-        point = summarize_level(run)
+        point = summarize_level(run, short_is_error=self.opts.ignore_eos)
         point["level_warmup"] = warm
         if metrics_before is not None and metrics_after is not None:
             point["server"] = server_latency(metrics_before, metrics_after)
         point["server_after"] = {k: self.after.get(k) for k in (
             "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
         )}
-        prev = [p for p in self.points if p["ok"] > 0]
-        if prev and point["ok"] > 0:
+        prev = [p for p in self.points if p["ok"] > 0 and clean(p)]
+        if prev and point["ok"] > 0 and clean(point):
             gain = gain_per_doubling(prev[-1]["concurrency"], prev[-1]["output_tok_s"], concurrency,
                                      point["output_tok_s"])
             point["gain_per_doubling"] = None if gain is None else round(gain, 4)
@@ -1526,6 +1701,7 @@ class _SweepRun:
 
     async def run_levels(self) -> None:
         for level, concurrency in enumerate(self.opts.concurrency):
+            self.current = concurrency
             if time.perf_counter() >= self.deadline:
                 self.timeout(f"before C={concurrency}")
                 break
@@ -1549,11 +1725,16 @@ class _SweepRun:
         await self.resolve_model()
         self.before = await self.probe.server_info()
         self.after = self.before
+        self.check_auth()
         if not self.before["ok"]:
             self.warnings.append(f"server info unavailable ({self.before.get('error')}); server fields are null")
+        queued = oversubscription_warning(self.opts.concurrency, self.before.get("max_running_requests"))
+        if queued:
+            self.warnings.append(queued)
         self.client = _Client(self.opts, self.session, self.model)
         await self.initial_warmup()
         await self.run_levels()
+        self.current = None
 
 
 def _convert_time_base(points: list[dict[str, Any]], records: list[dict[str, Any]], scale: Any,
@@ -1629,6 +1810,7 @@ def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base
         "points": points,
         "peak": find_peak(points),
         "knee": find_knee(points, opts.plateau_gain),
+        "levels_with_errors": [p["concurrency"] for p in points if not clean(p)],
         "stopped_on_plateau": sweep.stopped_on_plateau,
         "stopped_on_timeout": sweep.stopped_on_timeout,
         "warnings": sweep.warnings,
@@ -1636,25 +1818,48 @@ def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base
     }
 
 
-async def arun_sweep(options: SweepOptions) -> dict[str, Any]:
-    """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1)."""
+async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
+                     output_fd: int | None = None) -> dict[str, Any]:
+    """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1).
+
+    It stops at once, raising SweepInterrupted, on one of ``signals``, when the reader of
+    ``output_fd`` is gone or when ``options.watch_pid`` is gone (``_interrupt.Interrupts``).
+    """
     if not HAS_AIOHTTP:
         raise SweepError(f"aiohttp is not importable: {AIOHTTP_IMPORT_ERROR}")
     opts = options.normalized()
+    raise_open_files(max(opts.concurrency))
     started = utc_now_iso()
     headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
-    async with aiohttp.ClientSession(connector=connector, headers=headers, read_bufsize=READ_BUFSIZE) as session:
-        sweep = _SweepRun(opts, session)
-        await sweep.run()
+    guard = Interrupts(signals, output_fd, opts.watch_pid)
+    task = asyncio.current_task()
+    if task is not None:
+        guard.start(task)
+    sweep: _SweepRun | None = None
+    try:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
+        async with aiohttp.ClientSession(connector=connector, headers=headers, read_bufsize=READ_BUFSIZE) as session:
+            sweep = _SweepRun(opts, session)
+            await sweep.run()
+    except asyncio.CancelledError:
+        if guard.reason is None:
+            raise
+        current = sweep.current if sweep is not None else None
+        done = [p["concurrency"] for p in sweep.points] if sweep is not None else []
+        raise SweepInterrupted(guard.reason, current, done) from None
+    finally:
+        guard.close()
     finished = utc_now_iso()
     srv_info = sweep.after if sweep.after.get("ok") else sweep.before
     scale = srv_info.get("time_scale") or sweep.before.get("time_scale")
     time_base = _convert_time_base(sweep.points, sweep.records, scale, sweep.warnings)
     sweep.warnings.extend(_drift_warnings(sweep.points))
+    failed = error_warning(sweep.points)
+    if failed:
+        sweep.warnings.append(failed)
     return _result(sweep, started, finished, scale, time_base)
 
 
-def run_sweep(options: SweepOptions) -> dict[str, Any]:
-    """Synchronous entry: run the sweep in a fresh event loop."""
-    return asyncio.run(arun_sweep(options))
+def run_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None) -> dict[str, Any]:
+    """Synchronous entry: run the sweep in a fresh event loop (``arun_sweep``)."""
+    return asyncio.run(arun_sweep(options, signals, output_fd))

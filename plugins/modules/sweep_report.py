@@ -134,8 +134,9 @@ table:
   description:
     - The Markdown of summary.md without its title and column notes, for printing; per instance
       a heading, a server line, the table (C, n, ok, err, output tok/s, avg_out, wall s, TTFT
-      p50/p99 ms, ITL p50/p99 ms) and a line naming peak, knee and client-limited levels; then
-      the profile comparison when several profiles are present.
+      p50/p99 ms, ITL p50/p99 ms; C marked C(!) for a level with failed requests, C(*) for a
+      client-limited one) and a line naming peak, knee, client-limited levels and levels with
+      failed requests; then the profile comparison when several profiles are present.
   returned: always
   type: str
   sample: |-
@@ -152,8 +153,9 @@ latest:
   type: str
   sample: /home/me/reports/latest
 report_warnings:
-  description: Problems that did not stop the report (no matplotlib, a plot that failed, a
-    C(latest) that is not a symlink). Also issued as Ansible warnings.
+  description: Problems that did not stop the report - one per instance whose sweep had
+    levels with failed requests (naming them, with the failures by kind), no matplotlib, a plot
+    that failed, a C(latest) that is not a symlink. Also issued as Ansible warnings.
   returned: always
   type: list
   elements: str

@@ -23,6 +23,15 @@ description:
   - HTTP errors, in-stream errors, timeouts, connection errors and short outputs are counted by
     kind and stay in the denominators; a hung server ends its level at O(level_timeout) (the
     level is marked, the play goes on).
+  - A level with a failed request (a server that died or restarted mid-sweep, overload, a
+    timeout) is marked (C(status) C(errors), or C(no_requests_ok) when nothing succeeded), left
+    out of peak, knee and plateau and named in a warning; with O(fail_on_errors) the module
+    then fails, the sweep still returned.
+  - A server that answers HTTP 401 (SGLang's C(--api-key)) stops the sweep at once with a
+    message naming O(api_key).
+  - Stops at once, cancelling its requests, on SIGINT, SIGTERM or SIGHUP, when the reader of its
+    result (the controller's connection) goes away, and when the process O(watch_pid) is gone;
+    see O(watch_pid) for jobs started with C(async).
   - One shared connection pool without a connection cap; connections are opened before each
     level; the O(warmup) requests are not measured.
   - Before each level a short warm-up round at the level's own concurrency (O(level_warmup)) lets
@@ -61,9 +70,21 @@ options:
   concurrency:
     description:
       - Concurrency levels (closed-loop clients), run in ascending order (duplicates dropped).
+      - A level above O(max_concurrency) is refused before anything is sent. A level above 8 times
+        the server's effective C(max_running_requests) (from C(/server_info)) is warned about;
+        its requests beyond that number only wait in the server's queue.
+      - The process's soft open-files limit is raised to the highest level plus 64 when it is
+        lower (the hard limit allowing; otherwise the module fails before sending anything).
     type: list
     elements: int
     default: [1, 4, 8, 16, 32, 48]
+  max_concurrency:
+    description:
+      - The highest concurrency level accepted. Each level opens that many connections and
+        client tasks at once; a mistyped C(100000) would exhaust the client (and the server's
+        file descriptors) instead of measuring anything.
+    type: int
+    default: 4096
   requests:
     description:
       - Requests per level, failed ones included.
@@ -153,8 +174,30 @@ options:
     type: float
     default: 0.05
   api_key:
-    description: Bearer token sent as C(Authorization) (SGLang's C(--api-key)).
+    description:
+      - Bearer token sent as C(Authorization) (SGLang's C(--api-key)).
+      - A server that answers HTTP 401 or 403 to the first probes or requests ends the sweep at
+        once with a message that says a key is required (none sent) or was refused.
     type: str
+  fail_on_errors:
+    description:
+      - Fail when a measured request of any level failed (any kind, C(short) only with
+        O(ignore_eos)), after the whole sweep ran. The result still carries the sweep in
+        C(ansible_facts.sglang_sweep); the message names the levels and the error kinds.
+      - Without it such levels are marked and warned about, and the module succeeds.
+    type: bool
+    default: false
+  watch_pid:
+    description:
+      - A process id on the machine running the module; the sweep stops at once (and the module
+        fails) when that process is gone.
+      - For a sweep started with C(async) and C(poll=0) on the controller's machine (C(delegate_to=localhost),
+        or a host with the local connection), pass the controller's ansible process
+        (the bench role does); async_wrapper makes the job a daemon in its own session, so
+        neither Ctrl-C nor the end of C(ansible-playbook) reaches it otherwise.
+      - A sweep that is not async needs none of this; it stops on SIGINT, SIGTERM and SIGHUP and
+        when the reader of its result (the local connection's worker, sshd) goes away.
+    type: int
   model:
     description:
       - Model name sent in requests. Defaults to the first model that C(/v1/models) lists.
@@ -183,6 +226,10 @@ attributes:
 notes:
   - The module runs as long as the sweep does (bounded by O(sweep_timeout)); use C(async) with a
     long O(sweep_timeout) if a connection between controller and host must not stay open.
+  - An async job on a remote host cannot see its controller; interrupted, it runs until its
+    C(async) limit or O(sweep_timeout) (or fails fast once its server is stopped). Run async
+    sweeps from the controller (C(delegate_to=localhost)) with O(watch_pid) to stop them with
+    the play.
   - Run one module per server instance, close to it; a client far from the server adds network
     latency to TTFT and ITL.
 seealso:
@@ -219,6 +266,21 @@ EXAMPLES = r"""
     return_records: false
     api_key: "{{ sglang_api_key }}"
 
+- name: Fail when any request of any level failed (the sweep is still in the result)
+  llmops.sglang.throughput_sweep:
+    url: http://127.0.0.1:30000
+    concurrency: [1, 8, 64]
+    fail_on_errors: true
+  register: swept
+
+- name: In the background from the controller, stopping with the play when it is interrupted
+  llmops.sglang.throughput_sweep:
+    url: "http://{{ inventory_hostname }}:30000"
+    watch_pid: "{{ lookup('llmops.sglang.controller_pid') }}"
+  delegate_to: localhost
+  async: 7320
+  poll: 0
+
 - name: Show peak and knee
   ansible.builtin.debug:
     msg: >-
@@ -229,7 +291,7 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: Facts set by the module.
-  returned: success, not in check mode
+  returned: success, not in check mode; also when O(fail_on_errors) fails the module
   type: dict
   contains:
     sglang_sweep:
@@ -352,6 +414,16 @@ ansible_facts:
               description: Up to 5 distinct error messages of the level.
               type: list
               elements: str
+            status:
+              description:
+                - C(ok) when every measured request of the level succeeded, C(no_requests_ok) when
+                  none did, C(errors) in between. Every error kind counts (C(short) only with
+                  O(ignore_eos)). Only C(ok) levels count for peak, knee and plateau.
+              type: str
+              sample: ok
+            errors_present:
+              description: The level had a failed request (C(status) is not C(ok)); the share is C(error_rate).
+              type: bool
             output_tokens:
               description: Server-counted output tokens of completed responses (ok and short);
                 failed requests add 0.
@@ -401,6 +473,8 @@ ansible_facts:
               description:
                 - True when the client was the bottleneck, C(client.cpu_util >= 0.85) or
                   C(client.loop_lag_ms_p99 >= 20). Such levels are left out of peak and knee.
+                - Judged on levels without failed requests only (false otherwise); failed requests
+                  end at once and leave a short, busy level, which says nothing about the client.
               type: bool
             client:
               description:
@@ -408,7 +482,9 @@ ansible_facts:
                   C(cpu_util), process CPU time / wall time over the level (1.0 = one core busy).
               type: dict
             gain_per_doubling:
-              description: (this tok/s / previous level's - 1) / log2(this C / previous C); null for the first level.
+              description:
+                - (this tok/s / previous level's - 1) / log2(this C / previous C), between levels
+                  without failed requests; null for the first such level and for levels with errors.
               type: float
             server_after:
               description: Server snapshot after the level (C(ok), C(version),
@@ -454,9 +530,9 @@ ansible_facts:
               description: How each quantity was checked (C(method)), C(tolerance), and the C(reasons) per quantity.
               type: dict
         peak:
-          description: The level with the highest output_tok_s among usable levels (C(concurrency),
-            C(output_tok_s), C(client_limited) true only if every level was client-limited); null
-            when nothing succeeded.
+          description: The level with the highest output_tok_s among usable levels - every request
+            ok, not client-limited - (C(concurrency), C(output_tok_s), C(client_limited) true only if
+            every level without errors was client-limited); null when no level ran without errors.
           type: dict
           sample: {concurrency: 48, output_tok_s: 409.0, client_limited: false}
         knee:
@@ -464,9 +540,14 @@ ansible_facts:
             - The lowest level that reaches 90% of the peak (C(rule=share_of_peak)), or that is
               followed by a level adding less than O(plateau_gain) per doubling of concurrency
               (C(rule=plateau)), whichever comes first. C(share_of_peak) is its output_tok_s / the peak's.
-            - Null when nothing succeeded.
+            - Levels with failed requests are left out. Null when no level ran without errors.
           type: dict
           sample: {concurrency: 8, output_tok_s: 369.7, share_of_peak: 0.9039, rule: share_of_peak}
+        levels_with_errors:
+          description: The concurrency of each level with a failed request (C(status) not C(ok)).
+          type: list
+          elements: int
+          sample: [32, 48]
         stopped_on_plateau:
           description: O(stop_on_plateau) ended the sweep early.
           type: bool
@@ -474,7 +555,8 @@ ansible_facts:
           description: O(sweep_timeout) ended the sweep early.
           type: bool
         warnings:
-          description: Non-fatal problems (server info unavailable, failed warm-up, time limits).
+          description: Non-fatal problems (server info unavailable, failed warm-up, time limits,
+            levels with failed requests, levels far above the server's max_running_requests).
           type: list
           elements: str
         records:
@@ -490,7 +572,8 @@ skipped:
   returned: check mode
   type: bool
 msg:
-  description: One-line summary (peak and knee), or why nothing was sent in check mode.
+  description: One-line summary (peak, knee, levels with errors), or why nothing was sent in
+    check mode, or why it failed (O(fail_on_errors), an interrupt, a refused API key).
   returned: always
   type: str
   sample: "6 levels, peak 409.0 tok/s at C=48, knee C=8"
@@ -501,11 +584,14 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (
     DEFAULT_CONCURRENCY,
     HAS_AIOHTTP,
+    MAX_CONCURRENCY,
     SweepError,
     SweepOptions,
+    error_summary,
     missing_aiohttp_message,
     run_sweep,
 )
@@ -521,7 +607,15 @@ def _summary(facts: dict[str, Any]) -> str:
         parts.append("stopped on plateau")
     if facts.get("stopped_on_timeout"):
         parts.append("stopped by sweep_timeout")
+    if facts.get("levels_with_errors"):
+        parts.append("requests failed at C=" + ", ".join(map(str, facts["levels_with_errors"])))
     return ", ".join(parts)
+
+
+def _failed_levels(facts: dict[str, Any]) -> str:
+    """``C=4: 4 of 8 requests failed (50%: connection 4); C=8: ...`` for fail_on_errors."""
+    bad = [p for p in facts.get("points") or [] if p.get("concurrency") in (facts.get("levels_with_errors") or [])]
+    return "; ".join(f"C={p['concurrency']}: {error_summary(p)}" for p in bad)
 
 
 def main() -> None:
@@ -549,6 +643,9 @@ def main() -> None:
             "model": {"type": "str"},
             "return_records": {"type": "bool", "default": True},
             "validate_certs": {"type": "bool", "default": True},
+            "max_concurrency": {"type": "int", "default": MAX_CONCURRENCY},
+            "fail_on_errors": {"type": "bool", "default": False},
+            "watch_pid": {"type": "int"},
         },
         mutually_exclusive=[("requests", "duration")],
         supports_check_mode=True,
@@ -560,11 +657,17 @@ def main() -> None:
         module.fail_json(msg=missing_aiohttp_message(sys.executable))
     options = SweepOptions(**{name: params[name] for name in params})
     try:
-        facts = run_sweep(options)
+        # stdout: the result's way back; when its reader is gone, so is whoever wanted the sweep
+        facts = run_sweep(options, signals=STOP_SIGNALS, output_fd=1)
     except SweepError as exc:
         module.fail_json(msg=str(exc))
     for warning in facts.get("warnings") or []:
         module.warn(warning)
+    if params["fail_on_errors"] and facts.get("levels_with_errors"):
+        module.fail_json(
+            msg=f"requests failed at {_failed_levels(facts)} (fail_on_errors); the sweep is in ansible_facts.sglang_sweep",
+            ansible_facts={"sglang_sweep": facts},
+        )
     module.exit_json(changed=False, msg=_summary(facts), ansible_facts={"sglang_sweep": facts})
 
 

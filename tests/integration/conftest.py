@@ -86,23 +86,45 @@ class Deployment:
         return subprocess.run([str(BIN / "ansible"), "-i", str(self.inventory), *args], cwd=ROOT, env=self.env(),
                               capture_output=True, text=True, timeout=120, check=False)
 
-    def play(self, playbook: str, *args: str, timeout: int = 300, **extra_vars) -> Run:
-        env = self.env()
+    def command(self, playbook: str, *args: str, **extra_vars) -> list[str]:
         cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(ROOT / "playbooks" / playbook)]
         for key, value in extra_vars.items():
             cmd += ["-e", json.dumps({key: value})]
-        cmd += list(args)
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        out = proc.stdout + proc.stderr
-        recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
-                 for m in RECAP.findall(out)}
-        return Run(proc.returncode, out, recap)
+        return cmd + list(args)
+
+    def play(self, playbook: str, *args: str, timeout: int = 300, **extra_vars) -> Run:
+        proc = subprocess.run(self.command(playbook, *args, **extra_vars), cwd=ROOT, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        return finished(proc.returncode, proc.stdout + proc.stderr)
+
+    def start(self, playbook: str, *args: str, **extra_vars) -> subprocess.Popen:
+        """The playbook in the background, in a process group of its own (as a shell's foreground
+        job: Ctrl-C is SIGINT to that group), its output in one pipe; end it with ``finish``."""
+        return subprocess.Popen(self.command(playbook, *args, **extra_vars), cwd=ROOT, env=self.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+
+    @staticmethod
+    def finish(proc: subprocess.Popen, timeout: int = 300) -> Run:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        return finished(proc.returncode, out)
 
     def manifest(self) -> dict:
         return json.loads((self.base / "deployment.json").read_text())
 
     def pids(self) -> dict[str, int]:
         return {i["name"]: i["pid"] for i in self.manifest()["instances"]}
+
+
+def finished(rc: int, out: str) -> Run:
+    recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
+             for m in RECAP.findall(out)}
+    return Run(rc, out, recap)
 
 
 def make_inventory(tmp_path: Path, **overrides) -> Deployment:

@@ -1,13 +1,20 @@
 """bench.yml end to end: compare two profiles, then sweep what is deployed; facts and reports."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
+import signal
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from .conftest import Deployment
+from tests.procs import client_pids
+
+from .conftest import Deployment, Run, cleanup, group_members, make_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -85,4 +92,123 @@ def test_wildcard_bind_is_reached_on_loopback_by_status_and_bench(tmp_path: Path
         data = json.loads(next((tmp_path / "reports" / "latest").glob("localhost_gpu0_*.json")).read_text())
         assert data["sweep"]["points"][0]["ok"] == 2 and data["meta"]["url"] == f"http://127.0.0.1:{port}"
     finally:
+        cleanup(dep)
+
+
+def _metric(url: str, name: str) -> float:
+    """The sum of a metric's series on the server's /metrics (0 when unreachable)."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(f"sglang:{name}{{") or line.startswith(f"sglang:{name} "))
+
+
+def _wait_for(predicate, seconds: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
+
+
+def _kill_group(pgid: int) -> None:
+    os.killpg(pgid, signal.SIGKILL)
+    _wait_for(lambda: not group_members(pgid), 10.0)
+
+
+# A sweep the test can catch in its middle: C=1 runs 8 requests of 512 tokens after a level
+# warm-up of 8 short ones (and the initial warm-up request), each a few tenths of a second at
+# time scale 0.05.
+FAULT = {"sglang_bench_concurrency": [1, 4], "sglang_bench_max_tokens": 512}
+
+
+def _bench_killing_gpu1(dep: Deployment, reports: Path, **extra) -> tuple[Run, dict]:
+    """bench.yml, SIGKILL to gpu1's process group once its measured C=1 level has begun."""
+    pids, urls = dep.pids(), {i["name"]: i["connect_url"] for i in dep.manifest()["instances"]}
+    proc = dep.start("bench.yml", **FAULT, sglang_bench_reports_dir=str(reports), **extra)
+    try:
+        # 1 warm-up + 8 level warm-up requests done, and 2 measured ones
+        assert _wait_for(lambda: _metric(urls["gpu1"], "num_requests_total") >= 11, 120.0), "gpu1 never swept"
+        _kill_group(pids["gpu1"])
+    finally:
+        run = dep.finish(proc)
+    return run, urls
+
+
+def test_an_instance_killed_mid_bench_is_reported_and_fails_the_play_only_when_asked(tmp_path: Path) -> None:
+    """The deployment has an API key (benched without sglang_bench_api_key); gpu1 is killed while
+    it is swept: the play goes on, warns, writes the report with gpu1's levels marked; with
+    sglang_bench_fail_on_errors it writes the same report and then fails, naming gpu1."""
+    dep = make_inventory(tmp_path, sglang_gpus=[0, 1], sglang_api_key="s3cret", sglang_sim_time_scale=0.05)
+    try:
+        assert dep.play("deploy.yml", profile="baseline").rc == 0
+        reports = tmp_path / "reports"
+        run, _ = _bench_killing_gpu1(dep, reports, sglang_bench_run_id="warn")
+        assert run.rc == 0, run.out[-4000:]
+        assert "requests failed at C=" in run.out and "localhost/gpu1 (baseline): C=" in run.out  # warnings
+        folder = reports / "warn"
+        gpu0 = json.loads((folder / "localhost_gpu0_baseline.json").read_text())["sweep"]
+        gpu1 = json.loads((folder / "localhost_gpu1_baseline.json").read_text())["sweep"]
+        assert [p["status"] for p in gpu0["points"]] == ["ok", "ok"] and gpu0["peak"] is not None
+        assert gpu0["options"]["api_key_set"] is True  # the deployment's key, sglang_api_key
+        assert [p["status"] for p in gpu1["points"]] == ["errors", "no_requests_ok"], gpu1["points"]
+        assert gpu1["levels_with_errors"] == [1, 4] and gpu1["peak"] is None and gpu1["knee"] is None
+        assert not any(p["client_limited"] for p in gpu1["points"])
+        assert gpu1["points"][0]["ok"] >= 1 and gpu1["points"][1]["errors"]["connection"] >= 1
+        md = (folder / "summary.md").read_text()
+        assert "| 1! |" in md and "| 4! |" in md and "Peak: none (no level ran without failed requests)" in md
+        rows = list(csv.DictReader((folder / "summary.csv").open()))
+        assert {(r["instance"], r["status"]) for r in rows} == {
+            ("gpu0", "ok"), ("gpu1", "errors"), ("gpu1", "no_requests_ok")}
+
+        # gpu1 back (deploy restarts what is down), killed again, this time failing the play
+        assert dep.play("deploy.yml", profile="baseline").rc == 0
+        run, _ = _bench_killing_gpu1(dep, reports, sglang_bench_run_id="fail", sglang_bench_fail_on_errors=True)
+        assert run.rc == 2, run.out[-4000:]
+        assert run.recap["localhost"]["failed"] == 1
+        assert "requests failed on localhost: localhost/gpu1 (baseline): C=1 (" in run.out
+        assert "sglang_bench_fail_on_errors is set" in run.out
+        # the report came first, complete
+        names = {p.name for p in (reports / "fail").iterdir()}
+        assert {"localhost_gpu0_baseline.json", "localhost_gpu1_baseline.json", "summary.md", "summary.csv"} <= names
+        assert (reports / "latest").resolve().name == "fail"
+    finally:
+        cleanup(dep)
+
+
+def test_ctrl_c_stops_parallel_sweeps_at_once(tmp_path: Path) -> None:
+    """SIGINT to ansible-playbook's process group (Ctrl-C) while two instances are swept in
+    parallel (async jobs, daemonized by async_wrapper): within a few seconds nothing talks to
+    either server. Before watch_pid these jobs went on to the end of their sweep."""
+    dep = make_inventory(tmp_path, sglang_gpus=[0, 1], sglang_sim_time_scale=0.05)
+    proc = None
+    ports: list[int] = []
+    try:
+        assert dep.play("deploy.yml", profile="baseline").rc == 0
+        urls = [i["connect_url"] for i in dep.manifest()["instances"]]
+        ports = [int(u.rsplit(":", 1)[1]) for u in urls]
+        proc = dep.start("bench.yml", sglang_bench_parallel_instances=True, sglang_bench_concurrency=[4],
+                         sglang_bench_requests=400, sglang_bench_max_tokens=1024, sglang_bench_level_warmup=False,
+                         sglang_bench_reports_dir=str(tmp_path / "reports"))
+        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") >= 4 for u in urls), 120.0), "no sweep ran"
+        os.killpg(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        run = dep.finish(proc, timeout=60)
+        assert run.rc != 0 and "User interrupted execution" in run.out, run.out[-3000:]
+        assert _wait_for(lambda: not any(client_pids(p) for p in ports), 5.0), [client_pids(p) for p in ports]
+        assert time.monotonic() - interrupted < 8.0
+        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") == 0 for u in urls), 5.0)
+        assert not (tmp_path / "reports").exists()  # interrupted before any report
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        for port in ports:
+            for pid in client_pids(port):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
         cleanup(dep)

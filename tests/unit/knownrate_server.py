@@ -21,7 +21,10 @@ request gets HTTP 500, every ``fail_stream_every``-th sends an in-stream ``{"err
 half of its tokens (then [DONE], as SGLang does), every ``short_every``-th stops at half with
 ``finish_reason: "stop"``; ``hang`` sends headers and then nothing. ``fail_http_below_tokens``
 fails (HTTP 500) every request asking for fewer tokens than that (the sweep's level warm-up
-rounds). Drift: requests after the ``slow_after``-th run at ``rate * slow_factor``.
+rounds). Drift: requests after the ``slow_after``-th run at ``rate * slow_factor``. A killed
+server: the ``die_after_requests``-th request gets its headers and first token chunk, then the
+process exits at once (``os._exit``, as under SIGKILL): streams in flight break, and every later
+request finds nothing listening.
 
 Run: ``python knownrate_server.py [--port 0] [--slots 4 ...]``: prints ``PORT <n>`` once
 listening. POST /_config with a JSON object of ServerConfig fields reconfigures it (and resets
@@ -33,6 +36,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import signal
 import socket
 import sys
@@ -62,6 +66,7 @@ class ServerConfig:
     fail_http_below_tokens: int = 0
     slow_after: int = 0  # 0 = never
     slow_factor: float = 1.0
+    die_after_requests: int = 0  # 0 = never; else the process exits during that request
     model: str = "/models/knownrate"
     version: str = "0.5.17"
     prompt_tokens: int = 9
@@ -277,6 +282,8 @@ class KnownRateServer:
                     else:
                         chunk = self._native_chunk(rid, j, upto, reason, max_tokens)
                     await resp.write(b"data: " + _dumps(chunk) + b"\n\n")
+                    if cfg.die_after_requests and number >= cfg.die_after_requests:
+                        os._exit(137)  # killed: no cleanup, every connection dropped
                     self.generated += upto - sent
                     sent = upto
                     j += 1

@@ -83,6 +83,16 @@ def test_every_plugin_documents_itself(repo_root) -> None:
     assert sorted(filter_docs) == [f"llmops.sglang.{f}" for f in filters]
     for name, doc in filter_docs.items():
         assert doc["doc"]["short_description"] and doc["doc"]["description"] and doc["examples"], name
+    lookups = sorted(p.stem for p in (repo_root / "plugins" / "lookup").glob("*.py"))
+    res = subprocess.run([os.path.join(bindir, "ansible-doc"), "-t", "lookup", "--json",
+                          *[f"llmops.sglang.{name}" for name in lookups]],
+                         cwd=repo_root, env=env, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    lookup_docs = json.loads(res.stdout)
+    assert sorted(lookup_docs) == [f"llmops.sglang.{name}" for name in lookups]
+    for name, doc in lookup_docs.items():
+        assert doc["doc"]["short_description"] and doc["doc"]["description"] and doc["examples"], name
+        assert doc["return"], name
 
 
 # The checkout stands alone: no test, CI step or shipped file reads the shared folder that sits

@@ -462,3 +462,48 @@ def test_wall_clock_sweep_without_new_fields_is_unchanged(results: list[dict[str
     md, _ = _report.render_markdown(results[1:])
     assert "n/m" not in md.split("Columns:", 1)[1].split("\n", 1)[1]
     assert "Server-side latency" not in md and "drift" not in md.split("\n\n", 2)[2]
+
+
+def test_levels_with_failed_requests_are_marked_everywhere(results: list[dict[str, Any]], tmp_path: Path) -> None:
+    """An engine killed during C=16: C=16 half failed, C=32 and 48 found nothing listening."""
+    item = json.loads(json.dumps(results[1]))
+    sweep = item["sweep"]
+    for point in sweep["points"]:
+        point["status"] = "ok"
+        point["error_rate"] = 0.0
+    c16, c32, c48 = sweep["points"][3:]
+    c16.update(status="errors", ok=16, error_rate=0.5,
+               errors={"http": 0, "stream": 2, "timeout": 0, "connection": 14, "short": 0, "total": 16},
+               error_messages=["stream broken: ServerDisconnectedError: Server disconnected"])
+    for point in (c32, c48):
+        point.update(status="no_requests_ok", ok=0, output_tok_s=0.0, error_rate=1.0,
+                     errors={"http": 0, "stream": 0, "timeout": 0, "connection": point["requests"],
+                             "short": 0, "total": point["requests"]})
+    sweep["peak"] = {"concurrency": 8, "output_tok_s": 369.7, "client_limited": False}
+    report = write_report([item], str(tmp_path / RUN_ID), latest_link=False)
+    rows = {parse_row(line)[0]: parse_row(line) for line in render_table(sweep).splitlines()[2:]}
+    assert list(rows) == ["1", "4", "8", "16!", "32!", "48!"]
+    assert rows["16!"][3] == "16" and rows["32!"][2] == "0"
+    md = (tmp_path / RUN_ID / "summary.md").read_text(encoding="utf-8")
+    assert "Peak: 369.7 tok/s at C=8" in md
+    assert "levels with failed requests (marked !, left out of peak and knee): C=16, 32, 48" in md
+    assert ("Requests failed (marked !): C=16 (16 of 32 failed: 50%, stream 2, connection 14); "
+            "C=32 (64 of 64 failed: 100%, connection 64); C=48 (96 of 96 failed: 100%, connection 96)") in md
+    assert "First error: stream broken: ServerDisconnectedError" in md
+    assert "`!` after C: requests failed at that level" in md
+    with open(tmp_path / RUN_ID / "summary.csv", encoding="utf-8", newline="") as handle:
+        csv_rows = {r["concurrency"]: r for r in csv.DictReader(handle)}
+    assert csv_rows["8"]["status"] == "ok" and csv_rows["8"]["is_peak"] == "true"
+    assert csv_rows["16"]["status"] == "errors" and csv_rows["16"]["error_rate"] == "0.5"
+    assert csv_rows["16"]["err_connection"] == "14" and csv_rows["48"]["status"] == "no_requests_ok"
+    assert report["warnings"] == [
+        "requests failed at node1/gpu1 (mtp_hicache): C=16 (16 of 32 failed: 50%, stream 2, connection 14), "
+        "C=32 (64 of 64 failed: 100%, connection 64), C=48 (96 of 96 failed: 100%, connection 96) "
+        "(marked ! in summary.md)"]
+    assert {Path(p).name for p in report["plots"]} == {"throughput.png", "latency.png"}  # ringed in red
+    # a sweep where no level ran without errors has no peak, and the report does not invent one
+    for point in sweep["points"]:
+        point["status"] = "errors"
+    sweep["peak"] = sweep["knee"] = None
+    assert _report.peak_of(sweep) is None
+    assert "Peak: none (no level ran without failed requests)" in _report.render_findings(sweep)

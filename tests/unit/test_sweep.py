@@ -6,15 +6,18 @@ run without network. The rest runs against tests/unit/knownrate_server.py, start
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +28,7 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _report
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
+from tests.procs import client_pids
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -134,6 +138,80 @@ def test_plateau_reached() -> None:
     assert sw.plateau_reached(pts[:4], 0.05)  # 8 -> 16 gained 4%
     limited = pts[:3] + [_point(16, 384.5, client_limited=True)]
     assert not sw.plateau_reached(limited, 0.05)
+
+
+def test_level_status_counts_every_error_kind() -> None:
+    errors = {"http": 0, "stream": 0, "timeout": 0, "connection": 0, "short": 0, "total": 0}
+    assert sw.level_status(8, errors) == "ok"
+    for kind in sw.ERROR_KINDS:
+        assert sw.level_status(8, {**errors, kind: 1, "total": 1}) == "errors", kind
+    assert sw.level_status(8, {**errors, "connection": 8, "total": 8}) == "no_requests_ok"
+    assert sw.level_status(0, errors) == "no_requests_ok"  # nothing sent (a duration level cut at once)
+    # with ignore_eos false a model that stops early is what was asked for, not a failure
+    short = {**errors, "short": 3, "total": 3}
+    assert sw.level_status(8, short, short_is_error=False) == "ok"
+    assert sw.level_status(8, short) == "errors"
+
+
+def test_levels_with_errors_are_left_out_of_peak_knee_and_plateau() -> None:
+    # a broken level with a higher rate (its failed requests ended early): never the peak
+    points = [
+        _point(1, 100.0, status="ok"),
+        _point(2, 190.0, status="ok"),
+        _point(4, 900.0, status="errors", errors={"total": 3}),
+        _point(8, 0.0, ok=0, status="no_requests_ok"),
+    ]
+    assert sw.find_peak(points) == {"concurrency": 2, "output_tok_s": 190.0, "client_limited": False}
+    knee = sw.find_knee(points, 0.05)
+    assert knee is not None and knee["concurrency"] == 2
+    # every level broken: no peak, no knee (never one taken from a broken level)
+    assert sw.find_peak([_point(1, 50.0, status="errors")]) is None
+    assert sw.find_knee([_point(1, 50.0, status="errors")], 0.05) is None
+    # a point of an older sweep (no status) counts by its error total
+    assert sw.find_peak([_point(1, 50.0, errors={"total": 1})]) is None
+    # plateau: a level with errors neither stops the sweep nor serves as the level compared with
+    flat = [_point(8, 369.7), _point(16, 370.0, status="errors")]
+    assert not sw.plateau_reached(flat, 0.05)
+    assert not sw.plateau_reached([_point(8, 369.7, status="errors"), _point(16, 370.0)], 0.05)
+    assert sw.plateau_reached([_point(8, 369.7), _point(16, 370.0)], 0.05)
+
+
+def test_error_warning_names_levels_and_kinds() -> None:
+    ok = _point(1, 100.0, status="ok", requests=8, errors={"total": 0})
+    broken = _point(4, 300.0, status="errors", requests=8, error_rate=0.5,
+                    errors={"http": 0, "stream": 3, "timeout": 0, "connection": 1, "short": 0, "total": 4},
+                    error_messages=["stream broken: ServerDisconnectedError: Server disconnected"])
+    dead = _point(8, 0.0, ok=0, status="no_requests_ok", requests=16, error_rate=1.0,
+                  errors={"http": 0, "stream": 0, "timeout": 0, "connection": 16, "short": 0, "total": 16})
+    assert sw.error_warning([ok]) is None
+    text = sw.error_warning([ok, broken, dead])
+    assert text is not None
+    assert "C=4: 4 of 8 requests failed (50%: stream 3, connection 1)" in text
+    assert "C=8: 16 of 16 requests failed (100%: connection 16)" in text
+    assert "C=1" not in text and "left out of peak, knee and plateau" in text
+    assert "First error: stream broken" in text
+
+
+def test_concurrency_caps() -> None:
+    with pytest.raises(sw.SweepError) as info:
+        sw.SweepOptions(url="http://h", concurrency=[1, 100000]).normalized()
+    message = str(info.value)
+    # the value, the option, the limit, the fix
+    assert "100000" in message and "max_concurrency=4096" in message
+    assert "sglang_bench_max_concurrency" in message and "Lower the level" in message
+    assert sw.SweepOptions(url="http://h", concurrency=[5000], max_concurrency=8192).normalized().concurrency == [5000]
+    # far above the server's max_running_requests: warned about (they only queue)
+    assert sw.oversubscription_warning([1, 8, 64], 8) is None
+    text = sw.oversubscription_warning([1, 64, 65, 128], 8)
+    assert text is not None and "C=65, 128" in text and "max_running_requests (8)" in text
+    assert sw.oversubscription_warning([10000], None) is None
+    # open files: a soft limit too low is raised as far as the hard one allows
+    inf = -1
+    assert sw.open_files_limit(100, 1024, 4096, inf) is None
+    assert sw.open_files_limit(4000, 1024, 1 << 20, inf) == 4000 + sw.SPARE_FILES
+    assert sw.open_files_limit(4000, 1024, inf, inf) == 4000 + sw.SPARE_FILES
+    with pytest.raises(sw.SweepError, match="ulimit -n"):
+        sw.open_files_limit(4000, 1024, 2048, inf)
 
 
 def test_options_normalized() -> None:
@@ -270,8 +348,9 @@ def test_server_summary_on_the_recording(fixtures_dir: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+@contextlib.contextmanager
+def knownrate_process() -> Iterator[str]:
+    """A known-rate server in a subprocess on a free loopback port; its base URL."""
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "knownrate_server.py"), "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
@@ -292,6 +371,12 @@ def server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with knownrate_process() as url:
+        yield url
 
 
 def configure(base: str, **fields: Any) -> krs.ServerConfig:
@@ -429,6 +514,217 @@ def test_duration_mode(server: str) -> None:
     assert point["requests"] > 4 and point["ok"] == point["requests"]
     assert point["duration_s"] >= 0.4
     assert facts["records"] == [] and facts["options"]["duration"] == 0.4
+
+
+# A server killed mid-sweep. Levels C=1, 4, 8 of 100 tokens on 4 slots (S = 0.3 s per request),
+# no warm-ups: the server numbers the measured requests. C=1 runs requests 1-8; at C=4, 9-12 run
+# together and end at S, then 13-16 start and the server dies at the first chunk of 13: 13-16
+# break. C=4 delivered 400 tokens in about 0.36 s, three times the C=1 rate: the highest number of
+# the sweep, from a level half of whose requests failed. C=8 finds nothing listening.
+DIE_LEVELS = [1, 4, 8]
+DIE_CFG = {"slots": 4, "rate": 400.0, "prefill_s": 0.05, "die_after_requests": 13}
+DIE_OPTIONS = {"concurrency": DIE_LEVELS, "max_tokens": 100, "warmup": 0, "level_warmup": False}
+
+
+def test_a_server_killed_mid_sweep_marks_its_levels_and_peaks_on_good_ones() -> None:
+    with knownrate_process() as url:
+        configure(url, **DIE_CFG)
+        facts = sw.run_sweep(sw.SweepOptions(url=url, **DIE_OPTIONS))
+    one, four, eight = facts["points"]
+    assert [p["status"] for p in facts["points"]] == ["ok", "errors", "no_requests_ok"]
+    assert [p["errors_present"] for p in facts["points"]] == [False, True, True]
+    assert one["ok"] == 8 and one["errors"]["total"] == 0
+    assert four["ok"] >= 1 and four["errors"]["total"] >= 1
+    assert four["error_rate"] == pytest.approx(four["errors"]["total"] / four["requests"], abs=1e-4)
+    assert four["output_tok_s"] > one["output_tok_s"]  # the trap: the broken level has the best rate
+    assert eight["ok"] == 0 and eight["errors"]["total"] == eight["requests"] == 16
+    assert eight["errors"]["connection"] >= 1
+    # errors are not client health: a level of failures that end at once is never client-limited
+    assert four["client_limited"] is False and eight["client_limited"] is False
+    assert four["gain_per_doubling"] is None and eight["gain_per_doubling"] is None
+    # peak and knee from the good level only
+    assert facts["peak"] == {"concurrency": 1, "output_tok_s": one["output_tok_s"], "client_limited": False}
+    assert facts["knee"]["concurrency"] == 1
+    assert facts["levels_with_errors"] == [4, 8]
+    warning = next(w for w in facts["warnings"] if w.startswith("requests failed at"))
+    assert "C=4: " in warning and "C=8: 16 of 16 requests failed (100%: connection" in warning
+    assert "C=1:" not in warning and "left out of peak, knee and plateau" in warning
+    # and the report says so
+    table = _report.render_table(facts)
+    assert "| 4! |" in table and "| 8! |" in table and "| 1 |" in table
+    assert "levels with failed requests (marked !" in _report.render_findings(facts)
+
+
+def test_module_warns_about_failed_levels_and_fails_with_fail_on_errors() -> None:
+    for fail in (False, True):
+        tree = tempfile.mkdtemp(prefix="sweep-tree-")
+        try:
+            with knownrate_process() as url:
+                configure(url, **DIE_CFG)
+                proc = _ansible(["-a", json.dumps({"url": url, "fail_on_errors": fail, **DIE_OPTIONS})], tree)
+            result = json.loads((Path(tree) / "localhost").read_text())
+        finally:
+            shutil.rmtree(tree, ignore_errors=True)
+        facts = result["ansible_facts"]["sglang_sweep"]  # the sweep comes back either way
+        assert [p["status"] for p in facts["points"]] == ["ok", "errors", "no_requests_ok"]
+        assert facts["peak"]["concurrency"] == 1
+        if not fail:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "requests failed at C=4" in proc.stdout + proc.stderr  # the warning
+            assert "requests failed at C=4, 8" in result["msg"]
+        else:
+            assert proc.returncode != 0 and "localhost | FAILED!" in proc.stdout, proc.stdout
+            assert result["msg"].startswith("requests failed at C=4: ") and "C=8: 16 of 16" in result["msg"]
+            assert "fail_on_errors" in result["msg"]
+
+
+def test_a_level_above_max_concurrency_is_refused_before_anything_is_sent(server: str) -> None:
+    configure(server)
+    with pytest.raises(sw.SweepError, match="max_concurrency=4096"):
+        sw.run_sweep(sw.SweepOptions(url=server, concurrency=[1, 100000]))
+    proc = _ansible(["-a", json.dumps({"url": server, "concurrency": [100000]})])
+    assert proc.returncode != 0 and "above max_concurrency=4096" in proc.stdout, proc.stdout
+    assert _stats(server)["received"] == 0  # nothing sent, not even the warm-up
+
+
+def test_levels_far_above_max_running_requests_are_warned_about(server: str) -> None:
+    configure(server, slots=1, rate=5000.0, prefill_s=0.001)
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[1, 9], requests=9, max_tokens=5, warmup=0,
+                                         level_warmup=False))
+    assert any("C=9 is more than 8x the server's max_running_requests (1)" in w for w in facts["warnings"])
+    assert facts["options"]["max_concurrency"] == 4096
+
+
+# Interrupts: a sweep of requests that would take 100 s each (10 tokens/s, 1000 tokens).
+SLOW_CFG = {"slots": 8, "rate": 10.0, "prefill_s": 0.01}
+SLOW_OPTIONS = {"concurrency": [4], "max_tokens": 1000, "warmup": 0, "level_warmup": False}
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def _wait_for(predicate: Any, seconds: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
+
+
+def _kill_clients(url: str) -> None:
+    """SIGKILL whatever still talks to the server (never this test process)."""
+    for pid in client_pids(_port(url)):
+        if pid != os.getpid():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_sweep_stops_at_once_when_its_reader_or_its_watched_process_is_gone(server: str) -> None:
+    configure(server, **SLOW_CFG)
+    read_end, write_end = os.pipe()
+    closer = threading.Timer(0.5, os.close, [read_end])
+    closer.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(sw.SweepInterrupted, match="reader of its result went away") as info:
+            sw.run_sweep(sw.SweepOptions(url=server, **SLOW_OPTIONS), output_fd=write_end)
+    finally:
+        closer.join()
+        os.close(write_end)
+    assert time.monotonic() - began < 3.0
+    assert "during C=4; levels finished: none" in str(info.value)
+    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)  # the server saw its clients leave
+
+    configure(server, **SLOW_CFG)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    began = time.monotonic()
+    try:
+        with pytest.raises(sw.SweepInterrupted, match=f"process {sleeper.pid} \\(watch_pid\\) is gone"):
+            sw.run_sweep(sw.SweepOptions(url=server, watch_pid=sleeper.pid, **SLOW_OPTIONS))
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=10)
+    assert time.monotonic() - began < 4.0
+    assert _stats(server)["received"] == 4
+    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+
+
+def test_sigint_stops_the_module_and_its_requests(server: str) -> None:
+    """Ctrl-C to the process group of `ansible` running the module (the local connection):
+    within a couple of seconds nothing talks to the server any more."""
+    configure(server, **SLOW_CFG)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_NOCOLOR="1")
+    args = json.dumps({"url": server, **dict(SLOW_OPTIONS, concurrency=[64])})
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "ansible"), "localhost", "-m",
+                             "llmops.sglang.throughput_sweep", "-a", args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 64, 30.0), _stats(server)
+        os.killpg(proc.pid, signal.SIGINT)
+        stopped = time.monotonic()
+        proc.communicate(timeout=30)
+        assert _wait_for(lambda: not client_pids(_port(server)), 3.0), client_pids(_port(server))
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+        assert time.monotonic() - stopped < 6.0
+        assert _stats(server)["received"] == 64  # nothing sent after the interrupt
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        _kill_clients(server)
+
+
+def test_an_async_sweep_stops_with_the_process_it_watches(server: str, tmp_path: Path) -> None:
+    """`async`/`poll: 0` makes the module a daemon that outlives the ansible command that started
+    it (first part: it watches another process, and goes on after ansible has exited); watching
+    the controller's process (the controller_pid lookup), it stops when that process ends."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_NOCOLOR="1", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"))
+    ansible = [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "llmops.sglang.throughput_sweep",
+               "-B", "120", "-P", "0", "-t", str(tmp_path / "tree")]
+
+    def start(watch: str) -> dict[str, Any]:
+        args = json.dumps({"url": server, "watch_pid": watch, **SLOW_OPTIONS})
+        run = subprocess.run([*ansible, "-a", args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stdout + run.stderr
+        return json.loads((tmp_path / "tree" / "localhost").read_text())
+
+    def job_result(started: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """The job's final result (async_wrapper writes it over {"started": 1, "finished": 0})."""
+        path = Path(started["results_file"])
+        assert _wait_for(lambda: "msg" in json.loads(path.read_text()), seconds), path.read_text()
+        return json.loads(path.read_text())
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        configure(server, **SLOW_CFG)
+        started = start(str(sleeper.pid))
+        # ansible has exited; its job goes on, sending requests
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 4, 20.0), _stats(server)
+        time.sleep(1.0)
+        assert _stats(server)["in_flight"] == 4 and client_pids(_port(server))
+        sleeper.kill()
+        sleeper.wait(timeout=10)
+        gone = time.monotonic()
+        assert _wait_for(lambda: not client_pids(_port(server)), 3.0), client_pids(_port(server))
+        assert time.monotonic() - gone < 3.0
+        assert "(watch_pid) is gone" in job_result(started, 10.0)["msg"]
+
+        configure(server, **SLOW_CFG)
+        started = start("{{ lookup('llmops.sglang.controller_pid') }}")
+        ended = time.monotonic()  # the ansible command that started the job is over
+        result = job_result(started, 15.0)  # the job's own start-up (AnsiballZ) included
+        assert result.get("failed") is True and "(watch_pid) is gone" in result["msg"], result
+        assert time.monotonic() - ended < 15.0
+        assert not client_pids(_port(server)) and _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait(timeout=10)
+        _kill_clients(server)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -834,20 +1130,20 @@ ENGINE_ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def scaled_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def engine_process(log: Path, *extra_argv: str, scale: float = ENGINE_SCALE) -> Iterator[str]:
+    """The embedded engine (ENGINE_ARGV and ``extra_argv``) on a free loopback port; its URL."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), **ENGINE_ENV)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), **dict(ENGINE_ENV, LLMOPS_SIM_TIME_SCALE=str(scale)))
     env.pop("LLMOPS_SIM_ACCEPT_LENGTH", None)
-    log = tmp_path_factory.mktemp("engine") / "engine.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ansible_collections.llmops.sglang.plugins.module_utils._engine",
-             *ENGINE_ARGV, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+             *ENGINE_ARGV, *extra_argv, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -870,6 +1166,30 @@ def scaled_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def scaled_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with engine_process(tmp_path_factory.mktemp("engine") / "engine.log") as base:
+        yield base
+
+
+def test_a_server_with_an_api_key_says_so(tmp_path: Path) -> None:
+    """The embedded engine started with --api-key (as SGLang: 401 without the bearer token)."""
+    with engine_process(tmp_path / "engine.log", "--api-key", "s3cret", scale=0.001) as base:
+        quick = {"concurrency": [1], "requests": 2, "max_tokens": 8, "warmup": 0, "level_warmup": False}
+        for given in ({}, {"model": "qwen3.6-27b"}):  # with a model, /v1/models is skipped
+            with pytest.raises(sw.SweepError) as info:
+                sw.run_sweep(sw.SweepOptions(url=base, **quick, **given))
+            message = str(info.value)
+            assert "HTTP 401" in message and "requires an API key" in message and "none was sent" in message
+            assert "api_key" in message and "sglang_bench_api_key" in message and "sglang_api_key" in message
+            assert "is the server up" not in message
+        with pytest.raises(sw.SweepError, match="refused the API key that was sent") as info:
+            sw.run_sweep(sw.SweepOptions(url=base, api_key="wrong", **quick))
+        assert "sglang_bench_api_key" in str(info.value)
+        facts = sw.run_sweep(sw.SweepOptions(url=base, api_key="s3cret", **quick))
+        assert facts["points"][0]["ok"] == 2 and facts["options"]["api_key_set"] is True
 
 
 def _modelled_level(concurrency: int, max_tokens: int) -> dict[str, Any]:

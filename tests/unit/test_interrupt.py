@@ -1,0 +1,212 @@
+"""Tests of module_utils/_interrupt.py: when a long-running client must stop (signals, its reader
+gone, a watched process gone). No network; child processes are reaped in finally."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _interrupt as it
+
+
+def test_reader_gone_on_a_pipe_and_never_on_a_file(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        assert it.reader_gone(write_end) is False
+        os.close(read_end)
+        read_end = -1
+        assert it.reader_gone(write_end) is True  # nobody will ever read what is written
+    finally:
+        os.close(write_end)
+        if read_end >= 0:
+            os.close(read_end)
+    with open(tmp_path / "out", "w") as handle:
+        assert it.reader_gone(handle.fileno()) is False
+    with open(os.devnull, "w") as handle:
+        assert it.reader_gone(handle.fileno()) is False
+    assert it.reader_gone(987654) is False  # not open at all
+
+
+def test_reader_gone_on_a_socket() -> None:
+    import socket
+
+    mine, theirs = socket.socketpair()
+    try:
+        assert it.reader_gone(mine.fileno()) is False
+        theirs.shutdown(socket.SHUT_WR)  # the peer only stopped writing (stdin EOF): still there
+        assert it.reader_gone(mine.fileno()) is False
+        theirs.close()
+        assert it.reader_gone(mine.fileno()) is True
+    finally:
+        mine.close()
+        theirs.close()
+
+
+def test_process_alive_zombie_and_reused_pid() -> None:
+    assert it.process_alive(os.getpid(), it.process_start(os.getpid())) is True
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while it.process_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)  # exited, not reaped yet: a zombie
+        assert it.process_alive(child.pid) is False
+    finally:
+        child.wait(timeout=10)
+    assert it.process_alive(child.pid) is False  # reaped: no such process
+    # the same pid with another start time is another process
+    assert it.process_alive(os.getpid(), "1") is False
+
+
+def _run_guarded(guard: it.Interrupts, seconds: float) -> tuple[str | None, float]:
+    """Run a task of ``seconds`` under ``guard``; (reason, seconds it took)."""
+
+    async def main() -> str | None:
+        task = asyncio.ensure_future(asyncio.sleep(seconds))
+        guard.start(task)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            guard.close()
+        return guard.reason
+
+    began = time.monotonic()
+    reason = asyncio.run(main())
+    return reason, time.monotonic() - began
+
+
+def test_interrupts_cancel_when_the_watched_process_ends() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    try:
+        reason, took = _run_guarded(it.Interrupts(watch_pid=child.pid, interval=0.05), 30.0)
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert reason is not None and f"process {child.pid} (watch_pid) is gone" in reason
+    assert took < 5.0
+
+
+def test_interrupts_cancel_when_the_reader_goes_away() -> None:
+    read_end, write_end = os.pipe()
+    open_ends = {read_end, write_end}
+
+    def close_reader() -> None:
+        os.close(read_end)
+        open_ends.discard(read_end)
+
+    async def main() -> str | None:
+        guard = it.Interrupts(output_fd=write_end, interval=0.05)
+        task = asyncio.ensure_future(asyncio.sleep(30.0))
+        guard.start(task)
+        asyncio.get_running_loop().call_later(0.2, close_reader)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            guard.close()
+        return guard.reason
+
+    began = time.monotonic()
+    try:
+        reason = asyncio.run(main())
+    finally:
+        for fd in open_ends:
+            os.close(fd)
+    assert reason is not None and "reader of its result went away" in reason
+    assert time.monotonic() - began < 5.0
+
+
+def test_interrupts_cancel_on_a_signal_and_restore_the_handler() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+
+    async def main() -> str | None:
+        guard = it.Interrupts(signals=(signal.SIGTERM,))
+        task = asyncio.ensure_future(asyncio.sleep(30.0))
+        guard.start(task)
+        asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.SIGTERM)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            guard.close()
+        return guard.reason
+
+    began = time.monotonic()
+    assert asyncio.run(main()) == "SIGTERM received"
+    assert time.monotonic() - began < 5.0
+    assert signal.getsignal(signal.SIGTERM) in (before, signal.SIG_DFL)
+
+
+def test_nothing_to_watch_changes_nothing() -> None:
+    reason, took = _run_guarded(it.Interrupts(), 0.05)
+    assert reason is None and took < 5.0
+    assert it.Interrupts().check() is None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_ends_the_process_at_once(sig: int) -> None:
+    code = (
+        "import asyncio, os, signal, sys\n"
+        "from ansible_collections.llmops.sglang.plugins.module_utils import _interrupt as it\n"
+        "async def main():\n"
+        "    guard = it.Interrupts(signals=it.STOP_SIGNALS)\n"
+        "    task = asyncio.ensure_future(asyncio.sleep(60))\n"
+        "    guard.start(task)\n"
+        "    try:\n"
+        "        await task\n"
+        "    except asyncio.CancelledError:\n"
+        "        pass\n"
+        "    print('teardown', flush=True)\n"
+        "    await asyncio.sleep(60)  # a teardown that hangs\n"
+        "print('ready', flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root / "collections"))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        assert proc.stdout.readline().strip() == "teardown"
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10) == 128 + sig
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def _report_pid(queue: Any) -> None:
+    from ansible_collections.llmops.sglang.plugins.lookup.controller_pid import controller_pid
+
+    queue.put(controller_pid())
+
+
+def test_controller_pid_is_the_main_process_seen_from_a_worker() -> None:
+    """The lookup is templated in ansible's worker processes (forked by multiprocessing from the
+    main ansible-playbook process): it gives the main process, which lives as long as the play."""
+    import multiprocessing
+
+    from ansible_collections.llmops.sglang.plugins.lookup.controller_pid import LookupModule, controller_pid
+
+    assert controller_pid() == os.getpid()
+    assert LookupModule().run([]) == [os.getpid()]
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    worker = context.Process(target=_report_pid, args=(queue,))
+    worker.start()
+    try:
+        assert queue.get(timeout=30) == os.getpid() != worker.pid
+    finally:
+        worker.join(timeout=30)
