@@ -461,15 +461,16 @@ def test_extra_hicache_size_goes_through_the_plan(h200x2_facts: dict[str, Any], 
 
 
 def test_owned_flags_and_api_key(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
-    for flag in ("--api-key", "--port", "--tp-size", "--model-path"):
+    for flag in ("--api-key", "--port", "--tp-size", "--model-path", "--config"):
         with pytest.raises(PlanError, match=f"may not set {flag}"):
             _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", extra_args={flag: "x"})
-    plan = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", api_key_env=True)
+    plan = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", api_key_env=True, base_dir="/b")
     for inst in plan["instances"]:
-        assert "--api-key" not in inst["argv"]
-        assert inst["secret_args_from_env"] == {"--api-key": "SGLANG_API_KEY"}
+        assert "--api-key" not in inst["argv"]  # never argv: ps shows argv
+        assert _opt(inst["argv"], "--config") == f"/b/{inst['name']}/secrets.yaml" == inst["paths"]["secrets_file"]
+        assert inst["secrets"] == {"api-key": "sglang_api_key"}
     plain = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline")
-    assert plain["instances"][0]["secret_args_from_env"] == {}
+    assert plain["instances"][0]["secrets"] == {} and "--config" not in plain["instances"][0]["argv"]
 
 
 def test_bad_extra_flag_names_instance_flag_and_closest(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:

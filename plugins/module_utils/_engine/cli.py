@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases
-from ansible_collections.llmops.sglang.plugins.module_utils._engine import host, perfmodel
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile, host, perfmodel
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine, EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.procs import EngineProcs
@@ -58,6 +58,11 @@ def _parse(argv: list[str], release: str) -> tuple[dict[str, Any], dict[str, Any
     except Exception as exc:  # unknown release: nothing the real server would print
         sys.stderr.write(f"llmops embedded engine: cannot emulate SGLang {release}: {exc}\n")
         return 2
+    try:
+        argv = configfile.merge(argv, parser)  # --config FILE, as the real server merges it
+    except (configfile.ConfigFileError, OSError) as exc:  # the real server's uncaught ValueError
+        sys.stderr.write(f"Traceback (most recent call last):\nValueError: {exc}\n")
+        return 1
     try:
         namespace = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: usage + message on stderr, exit 2 (or 0 for -h)

@@ -28,7 +28,6 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings, host_settings
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
-API_KEY_ENV = "SGLANG_API_KEY"
 
 Argv = list[tuple[str, list[str]]]
 
@@ -53,7 +52,7 @@ class Instance:
     tp_size: int
     argv: list[str]
     env: dict[str, str]
-    secret_args_from_env: dict[str, str]
+    secrets: dict[str, str]  # keys of the instance's --config file -> the variable that holds each
     settings: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,8 +193,11 @@ def build_instance(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, 
                    warnings: list[str]) -> Instance:
     gpu_ids = [int(gpu["index"]) for gpu in group]
     name = "gpu" + "-".join(map(str, gpu_ids))
+    paths = _layout.instance_paths(req.base_dir, name)
     argv = base_argv(req, prof, st, port, nccl_port)
     apply_extra_args(argv, st, warnings, first=index == 0)
+    if req.api_key_env:  # the key reaches SGLang through its --config file (0600), never argv
+        argv.append(("--config", [paths["secrets_file"]]))
     env = environment(gpu_ids, argv, st, traits)
     return Instance(
         name=name,
@@ -208,13 +210,13 @@ def build_instance(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, 
         nccl_port=nccl_port,
         connect_url=_layout.connect_url(req.host_address, port),
         advertise_url=_layout.advertise_url(req.host_address, port, req.advertise_address),
-        paths=_layout.instance_paths(req.base_dir, name),
+        paths=paths,
         unit=_layout.unit_name(name),
         service=_layout.service_name(name),
         tp_size=req.tp_size,
         argv=flatten(argv),
         env=env,
-        secret_args_from_env={"--api-key": API_KEY_ENV} if req.api_key_env else {},
+        secrets={"api-key": "sglang_api_key"} if req.api_key_env else {},
         settings=effective_settings(argv, st),
     )
 
@@ -271,6 +273,6 @@ def instance_plan(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
     engine_root, traits, instances, hicache, warnings}; each instance is an ``Instance``
     (name, index, gpu_ids, gpu_names, gpu_uuids, cuda_visible_devices, port, nccl_port,
     connect_url, advertise_url, paths, unit, service, tp_size, argv starting with --model-path,
-    env, secret_args_from_env, settings). The argv is not validated here: see ``validate_plan``.
+    env, secrets, settings). The argv is not validated here: see ``validate_plan``.
     """
     return plan_host(facts, PlanRequest.from_kwargs(**kwargs))

@@ -46,8 +46,9 @@ OWNED_FLAGS: dict[str, str] = {
     "--nccl-port": "sglang_nccl_port_base",
     "--tp-size": "sglang_tp_size",
     "--tensor-parallel-size": "sglang_tp_size",
-    "--api-key": "sglang_api_key (the key goes through the env file, never argv)",
-    "--admin-api-key": "the env file (secrets never go into argv)",
+    "--api-key": "sglang_api_key (the key goes through the instance's 0600 --config file, never argv)",
+    "--admin-api-key": "a 0600 --config file (secrets never go into argv)",
+    "--config": "sglang_api_key (the plan owns SGLang's --config file: it carries the API key)",
 }
 
 
