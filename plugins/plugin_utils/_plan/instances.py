@@ -50,6 +50,9 @@ class Instance:
     unit: str
     service: str
     tp_size: int
+    node_rank: int  # its place in a multi-node TP group (0 when the group is this host alone)
+    nnodes: int
+    rank0: bool  # serves the API: readiness is gated on it, only it registers with a router
     argv: list[str]
     env: dict[str, str]
     secrets: dict[str, str]  # keys of the instance's --config file -> the variable that holds each
@@ -113,6 +116,9 @@ def base_argv(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, port:
     argv += [("--host", [req.host_address]), ("--port", [str(port)]), ("--nccl-port", [str(nccl_port)])]
     if req.tp_size > 1:
         argv.append(("--tp-size", [str(req.tp_size)]))
+    if req.nnodes > 1:  # one TP group over several hosts: they meet at rank 0's address
+        argv += [("--nnodes", [str(req.nnodes)]), ("--node-rank", [str(req.node_rank)]),
+                 ("--dist-init-addr", [str(req.dist_init_addr)])]
     if prof.get("mem_fraction_static") is not None:
         argv.append(("--mem-fraction-static", [render(by_arch(prof["mem_fraction_static"], st.arch))]))
     if st.max_running_requests is not None:
@@ -214,6 +220,9 @@ def build_instance(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, 
         unit=_layout.unit_name(name),
         service=_layout.service_name(name),
         tp_size=req.tp_size,
+        node_rank=req.node_rank,
+        nnodes=req.nnodes,
+        rank0=req.node_rank == 0,
         argv=flatten(argv),
         env=env,
         secrets={"api-key": "sglang_api_key"} if req.api_key_env else {},
@@ -244,7 +253,11 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     warnings: list[str] = []
     if req.model_config and req.model_arch and req.model_arch != model["arch"]:
         warnings.append(f"model_arch {req.model_arch!r} disagrees with config.json ({model['arch']}): using the config")
-    groups = gpu_groups(host, req.gpus, req.tp_size, req.force_busy, warnings)
+    groups = gpu_groups(host, req.gpus, req.gpus_per_node, req.force_busy, warnings)
+    if req.nnodes > 1 and len(groups) != 1:
+        raise PlanError(f"a host of a {req.nnodes}-node TP group runs one instance on its share of "
+                        f"sglang_tp_size={req.tp_size} ({req.gpus_per_node} GPU(s)), but this host plans "
+                        f"{len(groups)}: set sglang_gpus to {req.gpus_per_node} GPU(s)")
     port_pairs = ports(req, len(groups))
     st = host_settings(req, host, prof, traits, model, len(groups), warnings)
     instances = [build_instance(req, prof, st, traits, index, group, *port_pairs[index], warnings).to_dict()
