@@ -40,7 +40,11 @@ API_KEY_HINT = "api_key (sglang_api_key in the roles)"
 
 
 class RouterError(Exception):
-    """A failure with a message a person can act on."""
+    """A failure with a message a person can act on; ``unreachable`` when no router answered."""
+
+    def __init__(self, msg: str, unreachable: bool = False) -> None:
+        super().__init__(msg)
+        self.unreachable = unreachable
 
 
 def normalize_url(url: str) -> str:
@@ -102,7 +106,7 @@ class RouterClient:
             reason = getattr(err, "reason", err)
             raise RouterError(f"cannot reach the router at {self.base_url} ({method} {path}: {reason}); is it "
                               "running and listening there? (role llmops.sglang.router: sglang_router_host, "
-                              "sglang_router_port)") from err
+                              "sglang_router_port)", unreachable=True) from err
         text = raw.decode("utf-8", errors="replace")
         try:
             return status, json.loads(text) if text.strip() else None
@@ -206,7 +210,15 @@ def reconcile(client: RouterClient, workers: list[str], state: str = "present", 
     ``wait_healthy``, additions too: each added URL must be listed and healthy. Both waits
     share ``timeout``. Returns the router's list after the change (in check mode: as it is)."""
     wanted = [normalize_url(u) for u in workers]
-    current = client.list_workers()
+    try:
+        current = client.list_workers()
+    except RouterError as err:
+        if not (check_mode and err.unreachable):
+            raise
+        # check mode before the router's first start (the role would start it): it has no worker
+        add, _ = changes([], wanted, state)
+        return Result(changed=bool(add), added=add, msg=f"{err}; in check mode that is taken as a router with "
+                                                         "no worker yet (one the role would start)")
     by_url = _by_url(current)
     add, remove = changes(list(by_url), wanted, state)
     result = Result(changed=bool(add or remove), added=add, removed=remove, before=sorted(by_url))
@@ -259,3 +271,57 @@ def _wait_failure(client: RouterClient, lingering: list[str], unhealthy: list[st
             view = "the router does not list it"
         problems.append(f"{url} never became healthy: {view}; can the router's host reach {url}/health?")
     return f"the router at {client.base_url} did not settle within {timeout:g} s: " + "; ".join(problems)
+
+
+# --------------------------------------------------------------------------------------------
+# which URL a router registers
+
+
+def node_rank(instance: dict[str, Any]) -> int:
+    """An instance's node rank: its ``node_rank`` field, else ``--node-rank`` in its argv, else 0.
+    Only rank 0 of a multi-node server serves the API; ranks above 0 answer 200 to every
+    health probe whatever their state, so a router must never get them."""
+    if instance.get("node_rank") is not None:
+        return int(instance["node_rank"])
+    argv = [str(a) for a in instance.get("argv") or []]
+    for i, word in enumerate(argv):
+        if word == "--node-rank" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if word.startswith("--node-rank="):
+            return int(word.split("=", 1)[1])
+    return 0
+
+
+NOT_READ = object()
+
+
+def worker_urls(deployments: dict[str, Any], router_host: str) -> list[str]:
+    """The worker URLs a router on inventory host ``router_host`` registers: every rank-0
+    instance of every server host's deployment (host -> manifest, None for a host with no
+    deployment, ``NOT_READ`` for one whose deployment was not read). An instance on the
+    router's own host is reached at its ``connect_url`` (loopback for a wildcard or loopback
+    bind), one on another host at its ``advertise_url``. Raises RouterError naming every host
+    and instance that cannot be registered, so that a partial list never replaces a router's
+    workers."""
+    urls: list[str] = []
+    problems: list[str] = []
+    for host, manifest in deployments.items():
+        if manifest is NOT_READ:
+            problems.append(f"the deployment of {host} was not read (the host was left out of the play, "
+                            "by --limit or because it failed)")
+            continue
+        for inst in (manifest or {}).get("instances") or []:
+            if node_rank(inst) > 0:
+                continue
+            same = host == router_host
+            url = inst.get("connect_url") if same else inst.get("advertise_url")
+            if not url:
+                problems.append(f"instance {inst.get('name')} of {host} has no {'connect_url' if same else 'advertise_url'}"
+                                + ("" if same else f": it listens on loopback only, which the router on {router_host} "
+                                   "cannot reach; bind the servers to an address other hosts reach "
+                                   "(sglang_host_address)"))
+                continue
+            urls.append(normalize_url(url))
+    if problems:
+        raise RouterError(f"cannot list the workers of the router on {router_host}: " + "; ".join(problems))
+    return list(dict.fromkeys(urls))

@@ -12,9 +12,9 @@ version_added: "0.2.0"
 description:
   - Reconciles the workers of a running C(sglang-router) (0.3.2, as the role C(llmops.sglang.router)
     installs it) with a list of worker URLs, without restarting it.
-  - Reads C(GET /workers), adds with C(POST /workers) (C({"url", "api_key"}), answered 202: the
-    router registers the worker in the background) and removes with C(DELETE /workers/{id}),
-    the id looked up by URL in the list. The old C(/add_worker) and C(/remove_worker) endpoints
+  - Reads C(GET /workers), adds with C(POST /workers) (body C({"url", "api_key"}), answered with
+    202, the router registering the worker in the background) and removes with
+    C(DELETE /workers/{id}), the id looked up by URL in the list. The old C(/add_worker) and C(/remove_worker) endpoints
     answer 404 on 0.3.2 and are not used.
   - Removals are waited for until the router no longer lists the worker (it leaves at once;
     requests already running on it finish). With O(wait_healthy), every added worker is waited
@@ -74,7 +74,10 @@ options:
     default: 10
 attributes:
   check_mode:
-    description: Reads the router's list and reports what would be added and removed; changes nothing.
+    description:
+      - Reads the router's list and reports what would be added and removed; changes nothing.
+      - A router that does not answer is taken, with a warning, as one with no worker (as before
+        its first start, which the role would do in the same run).
     support: full
   diff_mode:
     description: Shows the router's worker URLs before and after.
@@ -189,6 +192,8 @@ def main() -> None:
                            wait_healthy=p["wait_healthy"], timeout=p["timeout"], check_mode=module.check_mode)
     except RouterError as err:
         module.fail_json(msg=str(err), router_url=client.base_url)
+    if result.msg:
+        module.warn(result.msg)
     after = sorted(set(result.before) - set(result.removed) | set(result.added))
     extra = {}
     if module._diff:

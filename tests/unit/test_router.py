@@ -192,6 +192,50 @@ def test_router_layout() -> None:
     assert not _layout.is_instance_name(_layout.ROUTER_DIR)  # may share the servers' base folder
 
 
+def _instance(name: str, port: int, advertise: str | None, argv: list[str] | None = None) -> dict[str, Any]:
+    return {"name": name, "connect_url": f"http://127.0.0.1:{port}", "advertise_url": advertise, "argv": argv or []}
+
+
+def test_worker_urls_connect_on_the_routers_host_advertise_elsewhere_rank_0_only() -> None:
+    deployments = {
+        "gpu-node-01": {"instances": [_instance("gpu0", 30000, "http://10.0.0.11:30000"),
+                                      _instance("gpu1", 30001, "http://10.0.0.11:30001/")]},
+        "gpu-node-02": {"instances": [_instance("gpu0", 30000, "http://10.0.0.12:30000"),
+                                      _instance("gpu0-r1", 30001, "http://10.0.0.12:30001",
+                                                ["--tp", "16", "--node-rank", "1"])]},
+        "gpu-node-03": {"instances": [dict(_instance("gpu0", 30000, "http://10.0.0.13:30000"), node_rank=1)]},
+        "empty-node": None,
+    }
+    assert r.worker_urls(deployments, "router-01") == [
+        "http://10.0.0.11:30000", "http://10.0.0.11:30001", "http://10.0.0.12:30000"]
+    assert r.worker_urls(deployments, "gpu-node-01")[:2] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    assert r.node_rank({"argv": ["--node-rank=2"]}) == 2 and r.node_rank({}) == 0
+
+
+def test_worker_urls_refuse_a_partial_list() -> None:
+    loopback_only = {"gpu-node-01": {"instances": [_instance("gpu0", 30000, None)]}, "gpu-node-02": r.NOT_READ}
+    with pytest.raises(r.RouterError) as err:
+        r.worker_urls(loopback_only, "router-01")
+    msg = str(err.value)
+    assert "instance gpu0 of gpu-node-01 has no advertise_url" in msg and "sglang_host_address" in msg
+    assert "the deployment of gpu-node-02 was not read" in msg and "--limit" in msg
+    # on the router's own host a loopback-only server is fine
+    assert r.worker_urls({"localhost": loopback_only["gpu-node-01"]}, "localhost") == ["http://127.0.0.1:30000"]
+
+
+def test_router_worker_urls_filter_reads_each_hosts_fact() -> None:
+    from ansible.errors import AnsibleFilterError
+
+    from ansible_collections.llmops.sglang.plugins.filter.router import FilterModule
+
+    urls = FilterModule().filters()["router_worker_urls"]
+    hostvars = {"a": {"sglang_deployment": {"instances": [_instance("gpu0", 30000, "http://10.0.0.1:30000")]}},
+                "b": {"sglang_deployment": None}, "c": {}}
+    assert urls(["a", "b"], hostvars, "r") == ["http://10.0.0.1:30000"]
+    with pytest.raises(AnsibleFilterError, match="the deployment of c was not read"):
+        urls(["a", "b", "c"], hostvars, "r")
+
+
 # ------------------------------------------------------------------------------------------
 # the real router
 
