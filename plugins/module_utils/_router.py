@@ -217,8 +217,8 @@ def reconcile(client: RouterClient, workers: list[str], state: str = "present", 
             raise
         # check mode before the router's first start (the role would start it): it has no worker
         add, _ = changes([], wanted, state)
-        return Result(changed=bool(add), added=add, msg=f"{err}; in check mode that is taken as a router with "
-                                                         "no worker yet (one the role would start)")
+        note = f"{err}; in check mode that is taken as a router with no worker yet (one the role would start)"
+        return Result(changed=bool(add), added=add, msg=note)
     by_url = _by_url(current)
     add, remove = changes(list(by_url), wanted, state)
     result = Result(changed=bool(add or remove), added=add, removed=remove, before=sorted(by_url))

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -190,3 +193,37 @@ def test_api_key_through_the_router_and_check_mode_first(tmp_path: Path) -> None
         assert not alive(pid)
     finally:
         stop_all(dep)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_router_unit_verifies(tmp_path: Path) -> None:
+    base = tmp_path / "opt-sglang-router"
+    (base / "router").mkdir(parents=True)
+    launch = base / "router" / "launch.sh"
+    launch.write_text("#!/bin/sh\nexec sleep 1\n")
+    launch.chmod(0o755)
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Render the unit", "hosts": "localhost", "gather_facts": False,
+        "vars": {"sglang_router_base_dir": str(base), "sglang_router_user": "root", "sglang_router_group": "root",
+                 "__sglang_router": f"{{{{ '{base}' | llmops.sglang.router_layout('0.0.0.0', 8000) }}}}",
+                 "__sglang_router_stop_timeout": 45},
+        "tasks": [{"name": "Template", "ansible.builtin.template": {
+            "src": str(ROOT / "roles" / "router" / "templates" / "sglang-router.service.j2"),
+            "dest": str(tmp_path / "sglang-router.service"), "mode": "0644"}}],
+    }]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                          "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    unit = (tmp_path / "sglang-router.service").read_text()
+    assert unit.startswith("#") and "Ansible managed" in unit
+    for line in ("KillMode=control-group", "Restart=on-failure", "TimeoutStopSec=45", f"ExecStart={launch}",
+                 f"StandardOutput=append:{base}/router/router.log"):
+        assert line in unit
+    verify = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "sglang-router.service")],
+                            capture_output=True, text=True, check=False, timeout=60)
+    problems = [ln for ln in (verify.stdout + verify.stderr).splitlines()
+                if "sglang-router" in ln and "network-online.target" not in ln]
+    assert verify.returncode == 0 and not problems, verify.stdout + verify.stderr

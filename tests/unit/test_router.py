@@ -321,6 +321,13 @@ def test_unreachable_router_is_named() -> None:
         r.reconcile(r.RouterClient(url, timeout=2), ["http://127.0.0.1:1"], "present")
 
 
+def test_check_mode_before_the_routers_first_start_would_add_everything() -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    would = r.reconcile(r.RouterClient(url, timeout=2), ["http://10.0.0.11:30000/"], "exact", check_mode=True)
+    assert (would.changed, would.added, would.removed, would.workers) == (True, ["http://10.0.0.11:30000"], [], [])
+    assert "in check mode that is taken as a router with no worker yet" in would.msg
+
+
 def test_api_key_required_from_clients_and_sent_to_workers(tmp_path: Path) -> None:
     router = engine = None
     try:
