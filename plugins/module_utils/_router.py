@@ -278,7 +278,8 @@ def _wait_failure(client: RouterClient, lingering: list[str], unhealthy: list[st
 
 
 def node_rank(instance: dict[str, Any]) -> int:
-    """An instance's node rank: its ``node_rank`` field, else ``--node-rank`` in its argv, else 0.
+    """An instance's node rank: its ``node_rank`` field (the manifest's, with ``rank0``), else
+    ``--node-rank`` in its argv, else 0.
     Only rank 0 of a multi-node server serves the API; ranks above 0 answer 200 to every
     health probe whatever their state, so a router must never get them."""
     if instance.get("node_rank") is not None:
@@ -311,7 +312,7 @@ def worker_urls(deployments: dict[str, Any], router_host: str) -> list[str]:
                             "by --limit or because it failed)")
             continue
         for inst in (manifest or {}).get("instances") or []:
-            if node_rank(inst) > 0:
+            if inst.get("rank0") is False or node_rank(inst) > 0:
                 continue
             same = host == router_host
             url = inst.get("connect_url") if same else inst.get("advertise_url")

@@ -203,7 +203,8 @@ def test_worker_urls_connect_on_the_routers_host_advertise_elsewhere_rank_0_only
         "gpu-node-02": {"instances": [_instance("gpu0", 30000, "http://10.0.0.12:30000"),
                                       _instance("gpu0-r1", 30001, "http://10.0.0.12:30001",
                                                 ["--tp", "16", "--node-rank", "1"])]},
-        "gpu-node-03": {"instances": [dict(_instance("gpu0", 30000, "http://10.0.0.13:30000"), node_rank=1)]},
+        "gpu-node-03": {"instances": [dict(_instance("gpu0", 30000, "http://10.0.0.13:30000"), node_rank=1),
+                                      dict(_instance("gpu1", 30001, "http://10.0.0.13:30001"), rank0=False)]},
         "empty-node": None,
     }
     assert r.worker_urls(deployments, "router-01") == [
