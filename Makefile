@@ -40,7 +40,7 @@ help:
 	@echo "make router       create $(ROUTER_VENV) with the pinned sglang-router (requirements-router.txt)"
 	@echo "make test         setup + lint + unit + integration + molecule + collection build + sanity"
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
-	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules and plugins/filter)"
+	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules, plugins/filter and plugins/lookup)"
 	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
 	@echo "make fleet-test   fleet scenarios over real SSH: network-namespace hosts on this machine (root; installs openssh-server)"
 	@echo "make stop         stop everything the demo started"

@@ -15,8 +15,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (  # noqa: E402
-    _perfmodel as pm,
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import (  # noqa: E402
+    perfmodel as pm,
 )
 
 MODELS = ROOT / "data" / "models"

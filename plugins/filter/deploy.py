@@ -112,6 +112,17 @@ def _preflight_spec(plan: dict[str, Any], *, engine: str, python: str, install: 
     return {"ports": ports, "files": files, "executables": executables}
 
 
+def _host_addresses(hosts: list[str], hostvars: Any) -> list[str]:
+    """The address other hosts reach each inventory host at: its ``ansible_host``, else its
+    inventory name (a TP group's nodes meet at rank 0's address)."""
+    out = []
+    for name in hosts or []:
+        host_vars = hostvars[name] if name in hostvars else {}
+        address = host_vars.get("ansible_host") if hasattr(host_vars, "get") else None
+        out.append(str(address or name))
+    return out
+
+
 def _status_line(status: dict[str, Any]) -> str:
     """One line per instance for people: up/down, version, limits, accept length."""
     state = "up" if status.get("up") else "DOWN"
@@ -146,6 +157,7 @@ class FilterModule:
             "deployment_diff": _deployment_diff,
             "service_records": _service_records,
             "preflight_spec": _preflight_spec,
+            "host_addresses": _host_addresses,
             "status_line": _status_line,
             "reclaim_pinned": _reclaim_pinned,
         }

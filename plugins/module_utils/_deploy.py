@@ -249,3 +249,66 @@ def instance_status(inst: dict[str, Any], api_key: str | None = None, timeout: f
         "last_gen_throughput": summary["last_gen_throughput"],
         "server_info_path": (info or {}).get("_path"),
     }
+
+
+# --------------------------------------------------------------------------- draining
+
+# The scheduler's gauges in /metrics (--enable-metrics; every profile turns it on): requests
+# being generated and requests waiting, summed over the ranks' label sets.
+BUSY_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+
+
+def in_flight(metrics_text: str) -> float | None:
+    """Running plus queued requests from a /metrics text; None when the gauges are absent."""
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        if not line.startswith(BUSY_GAUGES):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name not in BUSY_GAUGES:
+            continue
+        try:
+            total += float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        seen = True
+    return total if seen else None
+
+
+def wait_for_idle(
+    instances: list[dict[str, Any]],
+    *,
+    timeout: float = 120.0,
+    grace: float = 5.0,
+    interval: float = 0.5,
+    api_key: str | None = None,
+    getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, dict[str, Any]]:
+    """Wait until each instance has no request running or queued (its /metrics gauges), at most
+    ``timeout`` seconds; an instance without /metrics gets ``grace`` seconds instead. A router
+    that removed a worker sends it nothing new, but DELETE does not drain: the requests it
+    already forwarded run to their end on the worker. Returns name -> {idle, waited_s,
+    in_flight, how}; never fails (a drain that times out is reported, the caller decides)."""
+    results: dict[str, dict[str, Any]] = {}
+    for inst in instances:
+        start = clock()
+        url = inst["url"].rstrip("/") + "/metrics"
+        last: float | None = None
+        how = "metrics"
+        while True:
+            status, body = getter(url, 10.0, api_key)
+            last = in_flight(body.decode("utf-8", "replace")) if status == 200 else None
+            if last is None:  # no /metrics (or the server is gone): a fixed grace
+                how = "grace" if status != 0 else "gone"
+                if status != 0:
+                    sleep(max(0.0, grace - (clock() - start)))
+                break
+            if last == 0 or clock() - start >= timeout:
+                break
+            sleep(interval)
+        results[inst["name"]] = {"idle": last in (0, 0.0) or how in ("grace", "gone"),
+                                 "waited_s": round(clock() - start, 2), "in_flight": last, "how": how}
+    return results
+

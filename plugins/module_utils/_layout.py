@@ -7,7 +7,8 @@ A deployment lives under one base folder (``sglang_base_dir``)::
     <base>/deployment.json          the manifest (written by the server role)
     <base>/engine/                  the embedded engine's code (engine "sim" only)
     <base>/<instance>/launch.sh     the instance's launch script
-    <base>/<instance>/env           its environment (mode 0600: secrets live only here)
+    <base>/<instance>/env           its environment (mode 0600: HF_TOKEN and the like)
+    <base>/<instance>/secrets.yaml  SGLang's --config file with its API key (mode 0600; never argv)
     <base>/<instance>/server.pid    its pid file (process backend)
     <base>/<instance>/server.log    its log
 
@@ -40,6 +41,7 @@ MANIFEST_FILE = "deployment.json"
 ENGINE_DIR = "engine"
 LAUNCH_SCRIPT = "launch.sh"
 ENV_FILE = "env"
+SECRETS_FILE = "secrets.yaml"  # SGLang's --config file: must end in .yaml or .yml
 PID_FILE = "server.pid"
 LOG_FILE = "server.log"
 UNIT_TEMPLATE = "sglang@.service"
@@ -69,12 +71,13 @@ def instance_dir(base_dir: str, name: str) -> str:
 
 
 def instance_paths(base_dir: str, name: str) -> dict[str, str]:
-    """{dir, launch_script, env_file, pid_file, log_file} of one instance."""
+    """{dir, launch_script, env_file, secrets_file, pid_file, log_file} of one instance."""
     folder = instance_dir(base_dir, name)
     return {
         "dir": folder,
         "launch_script": os.path.join(folder, LAUNCH_SCRIPT),
         "env_file": os.path.join(folder, ENV_FILE),
+        "secrets_file": os.path.join(folder, SECRETS_FILE),
         "pid_file": os.path.join(folder, PID_FILE),
         "log_file": os.path.join(folder, LOG_FILE),
     }

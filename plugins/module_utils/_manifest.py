@@ -50,6 +50,9 @@ def _instance_v2(inst: dict[str, Any], base_dir: str) -> dict[str, Any]:
     out.setdefault("unit", None)
     out["service"] = out.get("service") or _layout.service_name(name)
     out.setdefault("gpus", [])
+    out.setdefault("node_rank", 0)
+    out.setdefault("nnodes", 1)
+    out.setdefault("rank0", True)
     return out
 
 
@@ -113,6 +116,9 @@ def from_folders(base_dir: str, service_manager: str = "process") -> dict[str, A
             "unit": _layout.unit_name(name) if backend == "systemd" else None,
             "service": _layout.service_name(name),
             "paths": paths,
+            "node_rank": 0,
+            "nnodes": 1,
+            "rank0": True,
         })
     return {
         "schema_version": SCHEMA_VERSION,
@@ -234,6 +240,9 @@ def build(
             "unit": inst["unit"] if service_manager == "systemd" else None,
             "service": inst["service"],
             "paths": inst["paths"],
+            "node_rank": inst.get("node_rank", 0),
+            "nnodes": inst.get("nnodes", 1),
+            "rank0": inst.get("rank0", True),
             "argv": inst.get("argv", []),
             "hicache": hicache,
             "ready_at": ready_at,

@@ -416,3 +416,52 @@ def test_services_run_as_the_configured_user(tmp_path: Path) -> None:
         subprocess.run(["userdel", user], capture_output=True, check=False)
         subprocess.run(["groupdel", user], capture_output=True, check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_no_secret_in_argv_output_results_or_files(tmp_path: Path) -> None:
+    """With an API key and an HF token set: no process's argv holds the key (it reaches SGLang
+    through a 0600 --config file), and no task output at -v --diff, no manifest, report,
+    cached fact or other file the collection writes holds either secret. What remains is
+    SGLang's own server_args line in server.log, which is 0600 (docs/RELIABILITY.md). Without
+    the key a request is refused; status and bench use it."""
+    key, token = "sk-llmops-SECRET-7f3a9c", "hf_llmopsTESTtoken0123456789abcdef"
+    dep = make_inventory(tmp_path, sglang_api_key=key, sglang_hf_token=token, sglang_gpus=[0])
+    dep.fact_cache = tmp_path / "facts"
+    reports = tmp_path / "reports"
+    outputs = []
+    try:
+        for playbook, args in (("deploy.yml", ("-v", "--diff")), ("deploy.yml", ("-v", "--diff")),
+                               ("status.yml", ("-v",)), ("bench.yml", ("-v",))):
+            run = dep.play(playbook, *args, profile="baseline", sglang_bench_concurrency=[1],
+                           sglang_bench_requests=2, sglang_bench_max_tokens=8, sglang_bench_reports_dir=str(reports))
+            assert run.rc == 0, run.out[-3000:]
+            outputs.append(run.out)
+        assert "gpu0: up" in outputs[2]
+        leader = dep.pids()["gpu0"]
+        for pid in [leader, *group_members(leader)]:
+            assert key not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        url = dep.manifest()["instances"][0]["connect_url"]
+        request = urllib.request.Request(url + "/v1/models")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 401
+        request.add_header("Authorization", f"Bearer {key}")
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 200
+        stop = dep.play("stop.yml", "-v")
+        assert stop.rc == 0
+        outputs.append(stop.out)
+        for out in outputs:
+            assert key not in out and token not in out
+        folder = dep.base / "gpu0"
+        allowed = {folder / "secrets.yaml": key, folder / "env": token, folder / "server.log": key}
+        for path, secret in allowed.items():
+            assert path.stat().st_mode & 0o777 == 0o600, path
+            assert secret in path.read_text(), path  # where it must be (the log: SGLang's own line)
+        written = [p for p in tmp_path.rglob("*") if p.is_file() and p != dep.inventory and p not in allowed]
+        assert any(p.name == "deployment.json" for p in written) and any(p.suffix == ".md" for p in written)
+        for path in written:
+            data = path.read_bytes()
+            assert key.encode() not in data and token.encode() not in data, path
+    finally:
+        cleanup(dep)

@@ -149,7 +149,7 @@ def test_installed_collection_runs_deploy_status_bench_stop_by_fqcn(tarball: Pat
     # Mark the install's host-side code: the deployed engine must carry the mark (the checkout's
     # copy, byte-identical otherwise, does not).
     mark = f"# installed-copy {uuid.uuid4().hex}\n"
-    marked = sorted((installed / "plugins" / "module_utils").glob("*.py"))
+    marked = sorted((installed / "plugins" / "module_utils").rglob("*.py"))  # the _engine package too
     assert marked
     for path in marked:
         path.write_text(path.read_text() + mark)

@@ -275,3 +275,30 @@ def test_status_and_sweep_read_the_same_limit_from_server_info(fixtures_dir) -> 
     assert status["version"] == _serverinfo.summarize(info)["version"] == "0.5.17"
     info["internal_states"][0]["effective_max_running_requests_per_dp"] = 9  # a clamp the scheduler applied
     assert _serverinfo.effective_max_running_requests(info) == 9
+
+
+def test_in_flight_from_recorded_metrics_and_waiting_for_idle(fixtures_dir) -> None:
+    text = (fixtures_dir / "sglang-0.5.17-h200" / "hybrid" / "metrics.txt").read_text()
+    assert _deploy.in_flight(text) == 0.0  # the recorded server after its sweep: nothing running
+    line = next(x for x in text.splitlines() if x.startswith("sglang:num_running_reqs{"))
+    busy = text.replace(line, line.rsplit(" ", 1)[0] + " 3.0")
+    assert _deploy.in_flight(busy) == 3.0
+    assert _deploy.in_flight("no gauges here") is None
+    answers = {"a": [busy, busy, text], "b": [busy] * 100}
+    now = {"t": 0.0}
+
+    def getter(url: str, timeout: float, key: str | None) -> tuple[int, bytes]:
+        name = url.split("//")[1].split(":")[0]
+        if name == "c":
+            return 404, b"Not Found"
+        return 200, answers[name].pop(0).encode()
+
+    def sleep(seconds: float) -> None:
+        now["t"] += seconds
+
+    res = _deploy.wait_for_idle([{"name": "a", "url": "http://a:1"}, {"name": "b", "url": "http://b:1"},
+                                 {"name": "c", "url": "http://c:1"}], timeout=5, grace=2, interval=1,
+                                getter=getter, clock=lambda: now["t"], sleep=sleep)
+    assert res["a"] == {"idle": True, "waited_s": 2.0, "in_flight": 0.0, "how": "metrics"}
+    assert res["b"]["idle"] is False and res["b"]["in_flight"] == 3.0 and res["b"]["waited_s"] >= 5
+    assert res["c"]["how"] == "grace" and res["c"]["idle"]

@@ -1,4 +1,4 @@
-"""The embedded engine's process shape (module_utils/_engine_procs.py): SGLang 0.5.17's scheduler
+"""The embedded engine's process shape (module_utils/_engine/procs.py): SGLang 0.5.17's scheduler
 and detokenizer children, their titles, their group, and what happens when one of them dies.
 
 Every engine runs in its own session; the ``groups`` fixture SIGKILLs whatever is left of each
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _detached as d
-from ansible_collections.llmops.sglang.plugins.module_utils import _engine_procs as ep
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import procs as ep
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_MODULE = "ansible_collections.llmops.sglang.plugins.module_utils._engine"
@@ -229,7 +229,7 @@ def test_data_parallel_runs_a_controller_with_the_schedulers() -> None:
 def test_children_are_light_and_stdlib_only() -> None:
     """The module and the children's program import only the stdlib (no aiohttp, no perf
     model); the program compiles and never busy-loops."""
-    source = (ROOT / "plugins" / "module_utils" / "_engine_procs.py").read_text()
+    source = (ROOT / "plugins" / "module_utils" / "_engine" / "procs.py").read_text()
     tree = ast.parse(source)
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}
@@ -238,31 +238,40 @@ def test_children_are_light_and_stdlib_only() -> None:
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
     program = ep.child_program("sglang::scheduler", 1, sys.executable, ("sglang::scheduler_DP0",))
     compile(program, "<child>", "exec")
-    assert "aiohttp" not in program and "_perfmodel" not in program
+    assert "aiohttp" not in program and "perfmodel" not in program
     assert "signal.pause()" in program and "os.wait()" in program
 
 
 def test_server_role_ships_every_engine_module() -> None:
-    """The server role copies a hand-kept list of module_utils files to hosts: it must hold
-    every sibling the engine imports, directly or through another one."""
-    import yaml
+    """The server role ships the engine package and the module_utils declared in its
+    ``MODULE_UTILS`` (through the engine_files lookup): the declaration must hold every sibling
+    the package imports, directly or through another one."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _engine
 
-    shipped = set(yaml.safe_load((ROOT / "roles" / "server" / "vars" / "main.yml").read_text())
-                  ["__sglang_engine_modules"])
+    shipped = set(_engine.MODULE_UTILS)
     utils = ROOT / "plugins" / "module_utils"
+    package = ".module_utils._engine"
     needed: set[str] = set()
-    todo = ["_engine"]
+    todo = [p.relative_to(utils).as_posix() for p in (utils / "_engine").rglob("*.py")]
+    seen: set[str] = set()
     while todo:
         name = todo.pop()
-        if f"{name}.py" in needed:
+        if name in seen:
             continue
-        needed.add(f"{name}.py")
-        tree = ast.parse((utils / f"{name}.py").read_text())
+        seen.add(name)
+        if not name.startswith("_engine/"):
+            needed.add(name)
+        tree = ast.parse((utils / name).read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("module_utils"):
-                todo += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and ".module_utils._" in (node.module or ""):
-                todo.append((node.module or "").rsplit(".", 1)[1])
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if module.endswith(package) or f"{package}." in module:
+                continue  # the package itself ships whole
+            if module.endswith("module_utils"):
+                todo += [f"{alias.name}.py" for alias in node.names]
+            elif ".module_utils._" in module:
+                todo.append(f"{module.rsplit('.', 1)[1]}.py")
     assert needed <= shipped, needed - shipped
 
 

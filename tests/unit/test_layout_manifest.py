@@ -34,7 +34,8 @@ def test_wildcard_without_a_host_address_has_no_advertise_url() -> None:
 def test_instance_paths_and_names() -> None:
     assert _layout.instance_paths("/opt/sglang", "gpu0-1") == {
         "dir": "/opt/sglang/gpu0-1", "launch_script": "/opt/sglang/gpu0-1/launch.sh",
-        "env_file": "/opt/sglang/gpu0-1/env", "pid_file": "/opt/sglang/gpu0-1/server.pid",
+        "env_file": "/opt/sglang/gpu0-1/env", "secrets_file": "/opt/sglang/gpu0-1/secrets.yaml",
+        "pid_file": "/opt/sglang/gpu0-1/server.pid",
         "log_file": "/opt/sglang/gpu0-1/server.log"}
     assert _layout.instance_paths("/b", "%i")["launch_script"] == "/b/%i/launch.sh"  # the systemd template
     assert (_layout.unit_name("gpu1"), _layout.service_name("gpu1")) == ("sglang@gpu1.service", "sglang-gpu1")

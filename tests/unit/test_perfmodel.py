@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _perfmodel as pm
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import perfmodel as pm
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("calibration_table", ROOT / "tools" / "calibration_table.py")

@@ -461,15 +461,16 @@ def test_extra_hicache_size_goes_through_the_plan(h200x2_facts: dict[str, Any], 
 
 
 def test_owned_flags_and_api_key(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
-    for flag in ("--api-key", "--port", "--tp-size", "--model-path"):
+    for flag in ("--api-key", "--port", "--tp-size", "--model-path", "--config"):
         with pytest.raises(PlanError, match=f"may not set {flag}"):
             _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", extra_args={flag: "x"})
-    plan = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", api_key_env=True)
+    plan = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", api_key_env=True, base_dir="/b")
     for inst in plan["instances"]:
-        assert "--api-key" not in inst["argv"]
-        assert inst["secret_args_from_env"] == {"--api-key": "SGLANG_API_KEY"}
+        assert "--api-key" not in inst["argv"]  # never argv: ps shows argv
+        assert _opt(inst["argv"], "--config") == f"/b/{inst['name']}/secrets.yaml" == inst["paths"]["secrets_file"]
+        assert inst["secrets"] == {"api-key": "sglang_api_key"}
     plain = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline")
-    assert plain["instances"][0]["secret_args_from_env"] == {}
+    assert plain["instances"][0]["secrets"] == {} and "--config" not in plain["instances"][0]["argv"]
 
 
 def test_bad_extra_flag_names_instance_flag_and_closest(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
@@ -639,3 +640,33 @@ def test_the_plan_keeps_the_running_size_from_the_facts(
     assert again["hicache"]["size_gb"] == size
     stopped = reclaim_pinned(moved, previous, [])
     assert stopped["memory"]["running_hicache_size_gb"] is None
+
+
+def test_a_tensor_parallel_group_over_two_hosts(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
+    """tp_size 4 over two hosts of 2 GPUs: each host runs one instance on its 2 GPUs with
+    --nnodes 2, its --node-rank from the inventory order and rank 0's --dist-init-addr."""
+    group = {"tp_group_hosts": ["node-a", "node-b"], "tp_group_addresses": ["10.0.0.11", "10.0.0.12"],
+             "tp_size": 4, "base_port": 30000}
+    plans = {host: _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", inventory_host=host, **group)
+             for host in ("node-a", "node-b")}
+    for rank, host in enumerate(("node-a", "node-b")):
+        (inst,) = plans[host]["instances"]
+        argv = inst["argv"]
+        assert (_opt(argv, "--tp-size"), _opt(argv, "--nnodes"), _opt(argv, "--node-rank")) == ("4", "2", str(rank))
+        assert _opt(argv, "--dist-init-addr") == "10.0.0.11:32000"
+        assert inst["gpu_ids"] == [0, 1] and inst["cuda_visible_devices"] == "0,1"
+        assert (inst["node_rank"], inst["nnodes"], inst["rank0"]) == (rank, 2, rank == 0)
+    hicache = _plan_for(h200x2_facts, configs, "hybrid", inventory_host="node-a", **group)["hicache"]
+    assert hicache["tp_size"] == 2  # the ranks on this host pin host memory here
+    with pytest.raises(PlanError, match="multiple of 2"):
+        _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", inventory_host="node-a",
+                  **dict(group, tp_size=3))
+    with pytest.raises(PlanError, match="set sglang_gpus to 1 GPU"):
+        _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", inventory_host="node-a",
+                  **dict(group, tp_size=2))
+    with pytest.raises(PlanError, match="is not in the TP group"):
+        _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", inventory_host="node-z", **group)
+    with pytest.raises(PlanError, match="may not set --node-rank"):
+        _plan_for(h200x2_facts, configs, "hybrid", profile="baseline", extra_args={"--node-rank": 1})
+    single = _plan_for(h200x2_facts, configs, "hybrid", profile="baseline")["instances"][0]
+    assert single["rank0"] and single["nnodes"] == 1 and "--nnodes" not in single["argv"]

@@ -1194,14 +1194,15 @@ def test_a_server_with_an_api_key_says_so(tmp_path: Path) -> None:
 
 def _modelled_level(concurrency: int, max_tokens: int) -> dict[str, Any]:
     """What the performance model alone says of a closed-loop level (no HTTP, no clock)."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _engine, _flags, _perfmodel
+    from ansible_collections.llmops.sglang.plugins.module_utils import _flags
+    from ansible_collections.llmops.sglang.plugins.module_utils._engine import host, perfmodel, tokens
 
     args = vars(_flags.build_parser("0.5.23").parse_args([*ENGINE_ARGV, "--port", "1"]))
-    plan = _perfmodel.plan_engine(args, _perfmodel.load_model_config(args["model_path"]),
-                                  _perfmodel.find_gpu("NVIDIA H200"), "0.5.23", int(200e9))
-    prompt = round(sum(_engine._estimate_tokens(p) for p in sw.DEFAULT_PROMPTS) / len(sw.DEFAULT_PROMPTS))
-    return _perfmodel.simulate_level(_engine._apply_accept_length(plan), concurrency, max(2 * concurrency, 8),
-                                     max_tokens, prompt_tokens=prompt)
+    plan = perfmodel.plan_engine(args, perfmodel.load_model_config(args["model_path"]),
+                                 perfmodel.find_gpu("NVIDIA H200"), "0.5.23", int(200e9))
+    prompt = round(sum(tokens.estimate_tokens(p) for p in sw.DEFAULT_PROMPTS) / len(sw.DEFAULT_PROMPTS))
+    return perfmodel.simulate_level(host.apply_accept_length(plan), concurrency, max(2 * concurrency, 8),
+                                    max_tokens, prompt_tokens=prompt)
 
 
 def test_time_scaled_latencies_agree_with_the_model_or_say_not_measurable(scaled_engine: str) -> None:

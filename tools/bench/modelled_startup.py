@@ -21,10 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (  # noqa: E402
-    _flags,
-    _perfmodel,
-)
+from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import perfmodel  # noqa: E402
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]")
 START = re.compile(r"^--- (\S+) detached_service: starting")
@@ -67,18 +65,18 @@ def main() -> int:
     out = {}
     for inst in sorted(p for p in base.iterdir() if (p / "launch.sh").exists()):
         env = _env(inst / "env")
-        release = env.get("LLMOPS_SGLANG_RELEASE", "0.5.23")
+        release = env.get("LLMOPS_SGLANG_RELEASE", _releases.DEFAULT_RELEASE)
         args = vars(_flags.build_parser(release).parse_args(_argv(inst / "launch.sh")))
         names = env.get("LLMOPS_SIM_GPUS", "NVIDIA H200").split(",")
-        gpu = _perfmodel.find_gpu(names[int(env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])])
-        cfg = _perfmodel.load_model_config(str(args["model_path"]))
+        gpu = perfmodel.find_gpu(names[int(env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])])
+        cfg = perfmodel.load_model_config(str(args["model_path"]))
         avail = os.environ.get("LLMOPS_SIM_HOST_MEM_AVAILABLE_GB")
         host = int(float(avail) * 1e9) if avail else None
         if host is None:
             for line in Path("/proc/meminfo").read_text().splitlines():
                 if line.startswith("MemAvailable:"):
                     host = int(line.split()[1]) * 1024
-        plan = _perfmodel.plan_engine(args, cfg, gpu, release, host)
+        plan = perfmodel.plan_engine(args, cfg, gpu, release, host)
         out[inst.name] = {
             "modelled_load_s": round(plan.load_seconds, 1),
             "modelled_pin_s": round(plan.pin_seconds, 1),

@@ -2,7 +2,7 @@
 """Compare a real-GPU run of tools/gpu/run_collection.sh with the embedded engine's model.
 
 For every instance in the run's deployment manifests, the embedded engine's performance model
-(plugins/module_utils/_perfmodel.py) is given the very argv the collection rendered (parsed
+(plugins/module_utils/_engine/perfmodel/) is given the very argv the collection rendered (parsed
 with the release's flag schema), the GPU the instance ran on and the run's host MemAvailable,
 and each sweep level of the report (C, n, output tokens) is simulated on its virtual clock.
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _flags  # noqa: E402
-from ansible_collections.llmops.sglang.plugins.module_utils import _perfmodel as pm  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import perfmodel as pm  # noqa: E402
 
 
 def main() -> None:

@@ -28,7 +28,6 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings, host_settings
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
-API_KEY_ENV = "SGLANG_API_KEY"
 
 Argv = list[tuple[str, list[str]]]
 
@@ -51,9 +50,12 @@ class Instance:
     unit: str
     service: str
     tp_size: int
+    node_rank: int  # its place in a multi-node TP group (0 when the group is this host alone)
+    nnodes: int
+    rank0: bool  # serves the API: readiness is gated on it, only it registers with a router
     argv: list[str]
     env: dict[str, str]
-    secret_args_from_env: dict[str, str]
+    secrets: dict[str, str]  # keys of the instance's --config file -> the variable that holds each
     settings: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,6 +116,9 @@ def base_argv(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, port:
     argv += [("--host", [req.host_address]), ("--port", [str(port)]), ("--nccl-port", [str(nccl_port)])]
     if req.tp_size > 1:
         argv.append(("--tp-size", [str(req.tp_size)]))
+    if req.nnodes > 1:  # one TP group over several hosts: they meet at rank 0's address
+        argv += [("--nnodes", [str(req.nnodes)]), ("--node-rank", [str(req.node_rank)]),
+                 ("--dist-init-addr", [str(req.dist_init_addr)])]
     if prof.get("mem_fraction_static") is not None:
         argv.append(("--mem-fraction-static", [render(by_arch(prof["mem_fraction_static"], st.arch))]))
     if st.max_running_requests is not None:
@@ -194,8 +199,11 @@ def build_instance(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, 
                    warnings: list[str]) -> Instance:
     gpu_ids = [int(gpu["index"]) for gpu in group]
     name = "gpu" + "-".join(map(str, gpu_ids))
+    paths = _layout.instance_paths(req.base_dir, name)
     argv = base_argv(req, prof, st, port, nccl_port)
     apply_extra_args(argv, st, warnings, first=index == 0)
+    if req.api_key_env:  # the key reaches SGLang through its --config file (0600), never argv
+        argv.append(("--config", [paths["secrets_file"]]))
     env = environment(gpu_ids, argv, st, traits)
     return Instance(
         name=name,
@@ -208,13 +216,16 @@ def build_instance(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, 
         nccl_port=nccl_port,
         connect_url=_layout.connect_url(req.host_address, port),
         advertise_url=_layout.advertise_url(req.host_address, port, req.advertise_address),
-        paths=_layout.instance_paths(req.base_dir, name),
+        paths=paths,
         unit=_layout.unit_name(name),
         service=_layout.service_name(name),
         tp_size=req.tp_size,
+        node_rank=req.node_rank,
+        nnodes=req.nnodes,
+        rank0=req.node_rank == 0,
         argv=flatten(argv),
         env=env,
-        secret_args_from_env={"--api-key": API_KEY_ENV} if req.api_key_env else {},
+        secrets={"api-key": "sglang_api_key"} if req.api_key_env else {},
         settings=effective_settings(argv, st),
     )
 
@@ -242,7 +253,11 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     warnings: list[str] = []
     if req.model_config and req.model_arch and req.model_arch != model["arch"]:
         warnings.append(f"model_arch {req.model_arch!r} disagrees with config.json ({model['arch']}): using the config")
-    groups = gpu_groups(host, req.gpus, req.tp_size, req.force_busy, warnings)
+    groups = gpu_groups(host, req.gpus, req.gpus_per_node, req.force_busy, warnings)
+    if req.nnodes > 1 and len(groups) != 1:
+        raise PlanError(f"a host of a {req.nnodes}-node TP group runs one instance on its share of "
+                        f"sglang_tp_size={req.tp_size} ({req.gpus_per_node} GPU(s)), but this host plans "
+                        f"{len(groups)}: set sglang_gpus to {req.gpus_per_node} GPU(s)")
     port_pairs = ports(req, len(groups))
     st = host_settings(req, host, prof, traits, model, len(groups), warnings)
     instances = [build_instance(req, prof, st, traits, index, group, *port_pairs[index], warnings).to_dict()
@@ -271,6 +286,6 @@ def instance_plan(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
     engine_root, traits, instances, hicache, warnings}; each instance is an ``Instance``
     (name, index, gpu_ids, gpu_names, gpu_uuids, cuda_visible_devices, port, nccl_port,
     connect_url, advertise_url, paths, unit, service, tp_size, argv starting with --model-path,
-    env, secret_args_from_env, settings). The argv is not validated here: see ``validate_plan``.
+    env, secrets, settings). The argv is not validated here: see ``validate_plan``.
     """
     return plan_host(facts, PlanRequest.from_kwargs(**kwargs))

@@ -12,6 +12,7 @@ the fix.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,9 @@ ROLE_VARIABLE = {
     "force_busy": "sglang_force_busy_gpus", "max_running_requests": "sglang_max_running_requests",
     "served_model_name": "sglang_served_model_name", "api_key_env": "sglang_api_key",
     "draft_model_path": "sglang_draft_model_path", "model_config": "the model's config.json",
+    "tp_group_hosts": "sglang_tp_group (its hosts, in inventory order)", "tp_group_addresses":
+    "ansible_host of the TP group's hosts", "inventory_host": "inventory_hostname",
+    "dist_init_port": "sglang_dist_init_port",
 }
 TRUE_WORDS = ("true", "yes", "on", "1", "y", "t")
 FALSE_WORDS = ("false", "no", "off", "0", "n", "f", "")
@@ -46,8 +50,13 @@ OWNED_FLAGS: dict[str, str] = {
     "--nccl-port": "sglang_nccl_port_base",
     "--tp-size": "sglang_tp_size",
     "--tensor-parallel-size": "sglang_tp_size",
-    "--api-key": "sglang_api_key (the key goes through the env file, never argv)",
-    "--admin-api-key": "the env file (secrets never go into argv)",
+    "--nnodes": "sglang_tp_group (the hosts of a multi-node TP group)",
+    "--node-rank": "sglang_tp_group (the host's place in the group)",
+    "--dist-init-addr": "sglang_tp_group and sglang_dist_init_port",
+    "--nccl-init-addr": "sglang_tp_group and sglang_dist_init_port",
+    "--api-key": "sglang_api_key (the key goes through the instance's 0600 --config file, never argv)",
+    "--admin-api-key": "a 0600 --config file (secrets never go into argv)",
+    "--config": "sglang_api_key (the plan owns SGLang's --config file: it carries the API key)",
 }
 
 
@@ -77,6 +86,14 @@ class PlanRequest:
     served_model_name: str | None = None
     api_key_env: bool = False
     draft_model_path: str | None = None
+    # one tensor-parallel group over several hosts (tp_size = its GPUs on every node together)
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None  # HOST:PORT of rank 0, where the nodes meet
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.tp_size // self.nnodes
 
     @property
     def nccl_base(self) -> int:
@@ -116,6 +133,9 @@ class PlanRequest:
             api_key_env=checker.boolean("api_key_env"),
             draft_model_path=checker.text("draft_model_path"),
         )
+        group = checker.tp_group(req.tp_size, req.base_port)
+        if group:
+            req = dataclasses.replace(req, **group)
         checker.unknown(set(ROLE_VARIABLE))
         checker.raise_problems()
         return req
@@ -270,6 +290,33 @@ class _Checker:
             self._bad(key, value, "lists a GPU twice")
             return None
         return gpus
+
+    def tp_group(self, tp: int, base: int) -> dict[str, Any]:
+        """nnodes, node_rank and dist_init_addr of a multi-node TP group: the group's hosts in
+        inventory order (rank 0 first), their addresses, this host, and the rendezvous port."""
+        hosts = self.kwargs.get("tp_group_hosts") or []
+        if not hosts:
+            return {}
+        if not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) for h in hosts):
+            self._bad("tp_group_hosts", hosts, "must be the list of the group's inventory hosts")
+            return {}
+        me = self.kwargs.get("inventory_host")
+        if me not in hosts:
+            self._bad("inventory_host", me, f"is not in the TP group's hosts {list(hosts)}")
+            return {}
+        addresses = list(self.kwargs.get("tp_group_addresses") or hosts)
+        if len(addresses) != len(hosts):
+            self._bad("tp_group_addresses", addresses, "must give one address per host of the group")
+            return {}
+        port = self.integer("dist_init_port", default=0, low=0, high=65535)
+        nnodes = len(hosts)
+        if tp % nnodes:
+            self._bad("tp_size", tp, f"must be the GPUs of all {nnodes} hosts of the TP group together: a "
+                                     f"multiple of {nnodes}")
+        host = str(addresses[0])
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return {"nnodes": nnodes, "node_rank": list(hosts).index(me),
+                "dist_init_addr": f"{host}:{port or base + 2000}"}
 
     def extra_args(self, key: str) -> list[tuple[str, list[str] | None]]:
         """extra_args as (flag, values) pairs; values None removes the flag, [] is a bare flag.

@@ -123,7 +123,7 @@ def hicache_sizing(req: PlanRequest, host: Mapping[str, Any], prof: Mapping[str,
         if size is not None:
             explicit = None if size == "plan" else as_int(size, "hicache size")
             sizing = hicache_plan(
-                dict(host), release=req.release, instances=count, tp_size=req.tp_size, hybrid=hybrid, spec=spec,
+                dict(host), release=req.release, instances=count, tp_size=req.gpus_per_node, hybrid=hybrid, spec=spec,
                 reserve_gib=req.hicache_reserve_gib, fraction=req.hicache_fraction, explicit_size_gb=explicit,
                 traits=traits, size_from=size_from if size_gb is not None else f"profile {req.profile!r} hicache.size",
                 keep_size_gb=(host.get("memory") or {}).get("running_hicache_size_gb"),

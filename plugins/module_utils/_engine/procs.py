@@ -21,7 +21,8 @@ Source lines followed (sglang 0.5.17, ``sglang/srt``): ``entrypoints/engine.py``
 ``SignalHandler.running_phase_sigquit_handler`` and ``dump_requests_before_crash``,
 ``utils/common.py`` ``kill_process_tree`` / ``kill_itself_when_parent_died``.
 
-Runs on hosts: Python 3.10+, stdlib only (no aiohttp here, and none in the children).
+Runs on hosts: Python 3.10+, stdlib only (no aiohttp here, and none in the children); ``cli``
+starts them (``EngineProcs.spawn``) and runs the server under ``EngineProcs.supervise``.
 """
 from __future__ import annotations
 
@@ -421,6 +422,34 @@ class EngineProcs:
             # (live schedulers: py-spy and CUDA core dumps are not modelled)
         self.kill_process_tree(include_parent=True)
 
+    def _scheduler_died(self) -> bool:
+        """While loading: a dead scheduler fails the start-up, as ``_wait_for_scheduler_ready``
+        (the traceback's last line is kept for ``supervise``); True when one did."""
+        dead = self._dead(schedulers_only=True)
+        if dead is None:
+            return False
+        rank = self.children.index(dead)
+        self.failure = (
+            f"RuntimeError: Rank {rank} scheduler died during initialization "
+            f"(exit code: {dead.proc.returncode}). If exit code is -9 (SIGKILL), a "
+            "common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to "
+            "check.")
+        # launch_server.py: finally: kill_process_tree(os.getpid(), False)
+        self.kill_process_tree(include_parent=False)
+        return True
+
+    def _child_crashed(self) -> bool:
+        """Once loaded: a child that exited non-zero triggers SIGQUIT (``SubprocessWatchdog``)."""
+        dead = self._dead(schedulers_only=False)
+        if dead is None:
+            return False
+        self.log.error(
+            f"Subprocess {dead.spec.name} (pid={dead.pid}) crashed with exit code "
+            f"{dead.proc.returncode}. Triggering SIGQUIT for cleanup...")
+        self._watching = False
+        os.kill(os.getpid(), signal.SIGQUIT)
+        return True
+
     async def watch(self, phase: Callable[[], str], stop: Callable[[], None]) -> None:
         """While the engine loads: a dead scheduler (checked every 5 s, as
         ``_wait_for_scheduler_ready``) fails the start-up; afterwards any child that exits
@@ -437,26 +466,11 @@ class EngineProcs:
                 if loop.time() < next_ready_check:
                     continue
                 next_ready_check = loop.time() + READY_POLL_S
-                dead = self._dead(schedulers_only=True)
-                if dead is not None:
-                    rank = self.children.index(dead)
-                    self.failure = (
-                        f"RuntimeError: Rank {rank} scheduler died during initialization "
-                        f"(exit code: {dead.proc.returncode}). If exit code is -9 (SIGKILL), a "
-                        "common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to "
-                        "check.")
-                    # launch_server.py: finally: kill_process_tree(os.getpid(), False)
-                    self.kill_process_tree(include_parent=False)
+                if self._scheduler_died():
                     stop()
                     return
                 continue
-            dead = self._dead(schedulers_only=False)
-            if dead is not None:
-                self.log.error(
-                    f"Subprocess {dead.spec.name} (pid={dead.pid}) crashed with exit code "
-                    f"{dead.proc.returncode}. Triggering SIGQUIT for cleanup...")
-                self._watching = False
-                os.kill(os.getpid(), signal.SIGQUIT)
+            if self._child_crashed():
                 return
 
     async def supervise(self, run: Awaitable[int], phase: Callable[[], str],

@@ -1,0 +1,275 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The HTTP server (aiohttp, the one file of the engine that needs it): the application, its
+middlewares (uvicorn-style access log and HTTP metrics, ``--api-key``), the routes, and the
+server's life: the modelled start-up log, listening, warm-up, ready, SIGTERM, shutdown."""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import api_native, api_openai, info
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.prometheus import render_metrics
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.replies import Reply, Stream, json_dumps
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.requests import ApiRequest
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.scheduler import TIMEOUTS
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup import WARMUP_SECONDS, Schedule
+
+ApiHandler = Callable[[Engine, ApiRequest], Awaitable["Reply | Stream"]]
+_OPEN_PREFIXES = ("/health", "/ready", "/metrics")  # no API key needed (SGLang's auth.py)
+
+
+def json_response(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json_dumps(obj), status=status, content_type="application/json")
+
+
+async def _headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["server"] = "uvicorn"
+    response.headers["vary"] = "Origin"
+
+
+async def _sse(request: web.Request, stream: Stream) -> web.StreamResponse:
+    """Each event as ``data: <json>``, then ``data: [DONE]``; a client that goes away cancels
+    the requests behind the stream."""
+    resp = web.StreamResponse(status=200, headers={
+        "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    try:
+        async for obj in stream.events:
+            await resp.write(f"data: {json_dumps(obj)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+    except (ConnectionError, asyncio.CancelledError):
+        stream.abort()
+        raise
+    return resp
+
+
+def _client(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "-"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+class HttpServer:
+    """SGLang's HTTP surface over one engine (docs/engine-api.md "HTTP surface")."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.log = engine.log
+        self.traits = engine.config.traits
+
+    # -- the application -------------------------------------------------------------
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._mw_common, self._mw_auth],
+                              client_max_size=64 * 1024 * 1024)
+        app.on_response_prepare.append(_headers)
+        add = app.router.add_route
+        add("GET", "/health", self.h_health)
+        add("GET", "/health_generate", self.h_health)
+        add("GET", "/get_model_info", self.h_model_info)
+        add("GET", "/model_info", self.h_model_info)
+        add("GET", "/v1/models", self.h_models)
+        info_path = str(self.traits.get("server_info_path") or "/get_server_info")
+        add("GET", info_path, self.h_server_info)
+        old_path = self.traits.get("server_info_deprecated_path")
+        if old_path and old_path != info_path:
+            add("GET", str(old_path), self.h_server_info)
+        add("POST", "/v1/completions", self._api(api_openai.completions))
+        add("POST", "/v1/chat/completions", self._api(api_openai.chat))
+        add("POST", "/generate", self._api(api_native.generate))
+        add("PUT", "/generate", self._api(api_native.generate))
+        if self.engine.config.args.get("enable_metrics"):
+            add("GET", "/metrics", self.h_metrics)
+        return app
+
+    @web.middleware
+    async def _mw_common(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """HTTP metrics, FastAPI's error bodies, and the access line of every response."""
+        route = request.match_info.route.resource
+        endpoint = route.canonical if route is not None else None
+        if endpoint:
+            self.engine.metrics.http_started(endpoint, request.method)
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            detail = exc.reason if exc.status in (404, 405) else exc.text
+            return json_response({"detail": detail}, exc.status)
+        finally:
+            if endpoint:
+                self.engine.metrics.http_finished(endpoint, request.method, status)
+            self.log.access(f'INFO:     {_client(request)} - "{request.method} {request.path_qs} HTTP/'
+                            f'{request.version.major}.{request.version.minor}" {status} {_phrase(status)}')
+
+    @web.middleware
+    async def _mw_auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """``--api-key``: ``Authorization: Bearer <key>`` or ``x-api-key: <key>``."""
+        api_key = self.engine.config.args.get("api_key")
+        if not api_key or request.method == "OPTIONS" or request.path.startswith(_OPEN_PREFIXES):
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        ok = scheme.lower() == "bearer" and secrets.compare_digest(token, str(api_key))
+        x_key = request.headers.get("x-api-key")
+        ok = ok or bool(x_key and secrets.compare_digest(x_key, str(api_key)))
+        if not ok:
+            return json_response({"error": "Unauthorized"}, 401)
+        return await handler(request)
+
+    def _api(self, handler: ApiHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """An API handler (``api_openai``, ``api_native``) as an aiohttp handler."""
+        async def serve(request: web.Request) -> web.StreamResponse:
+            answer = await handler(self.engine, ApiRequest(request.method, request.path,
+                                                           await request.read()))
+            if isinstance(answer, Stream):
+                return await _sse(request, answer)
+            return json_response(answer.body, answer.status)
+        return serve
+
+    def _deprecated(self, old: str, new: str) -> None:
+        if self.traits.get("server_info_deprecated_path"):
+            self.log.info(f"Endpoint '{old}' is deprecated and will be removed in a future "
+                          f"version. Please use '{new}' instead.")
+
+    # -- handlers ----------------------------------------------------------------------
+    async def h_health(self, request: web.Request) -> web.StreamResponse:
+        """503 until ready; then a one-token generation through the scheduler."""
+        if self.engine.state != "ready":
+            return web.Response(status=503)
+        if not await self.engine.scheduler.one_token() or self.engine.state != "ready":
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def h_model_info(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/get_model_info":
+            self._deprecated("/get_model_info", "/model_info")
+        return json_response(info.model_info(self.engine))
+
+    async def h_server_info(self, request: web.Request) -> web.StreamResponse:
+        if request.path == self.traits.get("server_info_deprecated_path"):
+            self._deprecated(request.path, str(self.traits.get("server_info_path")))
+        return json_response(info.server_info(self.engine))
+
+    async def h_models(self, request: web.Request) -> web.StreamResponse:
+        return json_response(info.models_list(self.engine))
+
+    async def h_metrics(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text=render_metrics(self.engine), content_type="text/plain",
+                            charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def run(self, sock: socket.socket, schedule: Schedule, listen_early: bool) -> int:
+        """Serve until SIGTERM / SIGINT (or a stop): the start-up log at its modelled times,
+        listening (early: at once, as uvicorn binds before the model loads; else at ready),
+        the warm-up, ready; then the shutdown. Returns the exit code."""
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop_task = asyncio.create_task(engine.scheduler.run())
+        runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
+                               shutdown_timeout=0.25)
+        await runner.setup()
+        site: web.SockSite | None = None
+        if listen_early:
+            site = web.SockSite(runner, sock)
+            await site.start()
+        try:
+            if await self._start_up(schedule, loop.time()):
+                return await self._shutdown(runner, loop_task)
+            if site is None:
+                site = web.SockSite(runner, sock)
+                await site.start()
+            self._uvicorn_lines()
+            if await self._warm_up():
+                return await self._shutdown(runner, loop_task)
+            engine.state = "ready"
+            engine.ready_wall = time.time()
+            self.log.info("The server is fired up and ready to roll!")
+            await engine.stop_event.wait()
+        except asyncio.CancelledError:
+            pass
+        return await self._shutdown(runner, loop_task)
+
+    async def _start_up(self, schedule: Schedule, start: float) -> bool:
+        """The start-up lines, each at its modelled time; True when a stop came first."""
+        lines, uvicorn_at = schedule
+        scale = self.engine.config.time_scale
+        for at, message in lines:
+            if await self._sleep_until(start + at * scale):
+                return True
+            self.log.info(message)
+        return await self._sleep_until(start + uvicorn_at * scale)
+
+    def _uvicorn_lines(self) -> None:
+        args = self.engine.config.args
+        host, port = args.get("host") or "127.0.0.1", args.get("port")
+        self.log.info(f"INFO:     Started server process [{os.getpid()}]")
+        self.log.info("INFO:     Waiting for application startup.")
+        self.log.info("INFO:     Application startup complete.")
+        self.log.info(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+
+    async def _warm_up(self) -> bool:
+        """The real server's one-token warm-up request, then the recorded wait until ready;
+        True when a stop came first."""
+        self.engine.state = "warmup"
+        warm_start = asyncio.get_running_loop().time()
+        await self.engine.scheduler.one_token()
+        self.log.access(f"INFO:     127.0.0.1:{random.randint(32768, 60999)} - "
+                        '"POST /generate HTTP/1.1" 200 OK')
+        return await self._sleep_until(warm_start + WARMUP_SECONDS * self.engine.config.time_scale)
+
+    def _on_signal(self, sig: int) -> None:
+        engine = self.engine
+        if engine.stop_event.is_set():
+            return
+        name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT"
+        self.log.info(f"{name} received. signum=None frame=None. Draining requests and "
+                      "shutting down...")
+        engine.state = "stopping"
+        engine.stop_event.set()
+
+    async def _sleep_until(self, deadline: float) -> bool:
+        """Sleep until the loop time reaches deadline; True when a stop was requested."""
+        delay = deadline - asyncio.get_running_loop().time()
+        if delay <= 0:
+            return self.engine.stop_event.is_set()
+        try:
+            await asyncio.wait_for(self.engine.stop_event.wait(), timeout=delay)
+        except TIMEOUTS:
+            return False
+        return True
+
+    async def _shutdown(self, runner: web.AppRunner, loop_task: asyncio.Task[None]) -> int:
+        """In-flight requests get up to 1 s; then the server and the scheduler loop stop."""
+        self.engine.state = "stopping"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 1.0
+        while self.engine.scheduler.reqs and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        await runner.cleanup()
+        loop_task.cancel()
+        try:
+            await loop_task
+        except asyncio.CancelledError:
+            pass
+        return 0

@@ -1,0 +1,1 @@
+"""Embedded SGLang-compatible engine of llmops.sglang (not the real SGLang)."""
