@@ -1,7 +1,8 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """Filters of the router role: its layout, and the worker URLs a router registers. Thin shells
-over module_utils (_layout, _router); documented in the .yml files beside this one."""
+over module_utils/_layout.py and plugin_utils/_routing.py; documented in the .yml files beside
+this one."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,7 +10,9 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _router
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._router import RouterError
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _routing
 
 
 def _router_layout(base_dir: str, host: str, port: int | str) -> dict[str, Any]:
@@ -28,10 +31,10 @@ def _router_worker_urls(servers: list[str], hostvars: Mapping[str, Any], router:
     deployments: dict[str, Any] = {}
     for host in servers or []:
         host_vars = hostvars[host] if host in hostvars else {}
-        deployments[str(host)] = host_vars[fact] if fact in host_vars else _router.NOT_READ
+        deployments[str(host)] = host_vars[fact] if fact in host_vars else _routing.NOT_READ
     try:
-        return _router.worker_urls(deployments, str(router))
-    except (_router.RouterError, TypeError, ValueError) as err:
+        return _routing.worker_urls(deployments, str(router))
+    except (RouterError, TypeError, ValueError) as err:
         raise AnsibleFilterError(str(err)) from err
 
 

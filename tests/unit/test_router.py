@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _layout
 from ansible_collections.llmops.sglang.plugins.module_utils import _router as r
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _routing
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_PY = ROOT / ".venv-router" / "bin" / "python"
@@ -207,21 +208,21 @@ def test_worker_urls_connect_on_the_routers_host_advertise_elsewhere_rank_0_only
                                       dict(_instance("gpu1", 30001, "http://10.0.0.13:30001"), rank0=False)]},
         "empty-node": None,
     }
-    assert r.worker_urls(deployments, "router-01") == [
+    assert _routing.worker_urls(deployments, "router-01") == [
         "http://10.0.0.11:30000", "http://10.0.0.11:30001", "http://10.0.0.12:30000"]
-    assert r.worker_urls(deployments, "gpu-node-01")[:2] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
-    assert r.node_rank({"argv": ["--node-rank=2"]}) == 2 and r.node_rank({}) == 0
+    assert _routing.worker_urls(deployments, "gpu-node-01")[:2] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    assert _routing.node_rank({"argv": ["--node-rank=2"]}) == 2 and _routing.node_rank({}) == 0
 
 
 def test_worker_urls_refuse_a_partial_list() -> None:
-    loopback_only = {"gpu-node-01": {"instances": [_instance("gpu0", 30000, None)]}, "gpu-node-02": r.NOT_READ}
+    loopback_only = {"gpu-node-01": {"instances": [_instance("gpu0", 30000, None)]}, "gpu-node-02": _routing.NOT_READ}
     with pytest.raises(r.RouterError) as err:
-        r.worker_urls(loopback_only, "router-01")
+        _routing.worker_urls(loopback_only, "router-01")
     msg = str(err.value)
     assert "instance gpu0 of gpu-node-01 has no advertise_url" in msg and "sglang_host_address" in msg
     assert "the deployment of gpu-node-02 was not read" in msg and "--limit" in msg
     # on the router's own host a loopback-only server is fine
-    assert r.worker_urls({"localhost": loopback_only["gpu-node-01"]}, "localhost") == ["http://127.0.0.1:30000"]
+    assert _routing.worker_urls({"localhost": loopback_only["gpu-node-01"]}, "localhost") == ["http://127.0.0.1:30000"]
 
 
 def test_router_worker_urls_filter_reads_each_hosts_fact() -> None:
