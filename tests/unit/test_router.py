@@ -65,17 +65,23 @@ class Proc:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"{self.proc.args} exited {self.proc.returncode}:\n{self.log()[-3000:]}")
+                log = self.log()
+                self.stop()
+                pytest.fail(f"{self.proc.args} exited {self.proc.returncode}:\n{log[-3000:]}")
             if _get(url)[0] == 200:
                 return
             time.sleep(0.1)
-        pytest.fail(f"{url} did not answer 200 within {timeout} s:\n{self.log()[-3000:]}")
+        log = self.log()
+        self.stop()  # the caller never gets the object: nothing would stop it
+        pytest.fail(f"{url} did not answer 200 within {timeout} s:\n{log[-3000:]}")
 
     def log(self) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
+        if self._log.closed:
+            return
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
