@@ -27,6 +27,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine import (
     api_openai,
     fleet,
     info,
+    loads,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.prometheus import render_metrics
@@ -42,7 +43,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup impo
 ApiHandler = Callable[[Engine, ApiRequest], Awaitable["Reply | Stream"]]
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")  # no API key needed (SGLang's auth.py)
 FAILSAFE_S = 30.0  # a failed scheduler's SIGQUIT ends the process long before this
-PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -127,6 +127,10 @@ class HttpServer:
         add("POST", "/v1/chat/completions", self._api(api_openai.chat))
         add("POST", "/generate", self._api(api_native.generate))
         add("PUT", "/generate", self._api(api_native.generate))
+        if self.traits.get("get_load"):
+            add("GET", "/get_load", self.h_get_load)
+        if self.traits.get("v1_loads"):
+            add("GET", "/v1/loads", self.h_v1_loads)
         if self.engine.config.args.get("enable_metrics"):
             add("GET", "/metrics", self.h_metrics)
         return app
@@ -184,7 +188,10 @@ class HttpServer:
 
     # -- handlers ----------------------------------------------------------------------
     async def h_health(self, request: web.Request) -> web.StreamResponse:
-        """503 until ready; then a one-token generation through the scheduler."""
+        """503 until ready and while stopping; else a one-token generation."""
+        if self.engine.state == "stopping":
+            self.log.info("Health check request received during shutdown. Returning 503.")
+            return web.Response(status=503)
         if self.engine.state != "ready":
             return web.Response(status=503)
         if not await self.engine.scheduler.one_token() or self.engine.state != "ready":
@@ -200,6 +207,16 @@ class HttpServer:
         if request.path == self.traits.get("server_info_deprecated_path"):
             self._deprecated(request.path, str(self.traits.get("server_info_path")))
         return json_response(info.server_info(self.engine))
+
+    async def h_get_load(self, request: web.Request) -> web.StreamResponse:
+        self.log.warning(loads.DEPRECATION)
+        return json_response(loads.get_load(self.engine))
+
+    async def h_v1_loads(self, request: web.Request) -> web.StreamResponse:
+        answer = loads.v1_loads(self.engine, request.query)
+        if isinstance(answer, str):
+            return web.Response(text=answer, headers={"Content-Type": loads.PROMETHEUS_TYPE})
+        return json_response(answer.body, answer.status)
 
     async def h_models(self, request: web.Request) -> web.StreamResponse:
         return json_response(info.models_list(self.engine))
@@ -365,7 +382,7 @@ class PlaceholderServer:
         return web.Response(status=200)
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
-        return web.Response(body=b"", headers={"Content-Type": PROMETHEUS_TYPE})
+        return web.Response(body=b"", headers={"Content-Type": loads.PROMETHEUS_TYPE})
 
     async def start(self, sock: socket.socket) -> None:
         """Listen on the socket bound at start-up (connections were refused until now)."""
