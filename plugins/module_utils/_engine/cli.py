@@ -152,12 +152,11 @@ async def _serve_api(started: Started, procs: EngineProcs, log: Log, http: Modul
                                  phase=lambda: engine.state, stop=engine.stop_event.set)
 
 
-async def _serve_placeholder(started: Started, procs: EngineProcs, log: Log,
-                             http: ModuleType) -> int:
+async def _serve_placeholder(started: Started, topology: fleet.Topology, procs: EngineProcs,
+                             log: Log, http: ModuleType) -> int:
     """A node of rank > 0: the meeting, the placeholder routes, then waiting for rank 0."""
-    assert started.topology is not None
     follower = Follower(args=started.args, traits=started.traits, log=log,
-                        joiner=fleet.Joiner(started.topology),
+                        joiner=fleet.Joiner(topology),
                         placeholder=http.PlaceholderServer(bool(started.args.get("enable_metrics"))),
                         procs=procs, time_scale=started.time_scale)
     schedule = startup_schedule(started.args, started.plan, started.traits)
@@ -167,10 +166,11 @@ async def _serve_placeholder(started: Started, procs: EngineProcs, log: Log,
 
 
 def _serve(started: Started, procs: EngineProcs, log: Log, http: ModuleType) -> int:
-    follower = started.topology is not None and started.topology.node_rank > 0
-    serve = _serve_placeholder if follower else _serve_api
+    topology = started.topology
     try:
-        return asyncio.run(serve(started, procs, log, http))
+        if topology is not None and topology.node_rank > 0:
+            return asyncio.run(_serve_placeholder(started, topology, procs, log, http))
+        return asyncio.run(_serve_api(started, procs, log, http))
     except KeyboardInterrupt:
         return 0
 

@@ -264,14 +264,14 @@ class Joiner:
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
 
-    async def _connect(self, deadline: float) -> None:
+    async def _connect(self, deadline: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         loop = asyncio.get_running_loop()
         while True:
             left = deadline - loop.time()
             try:
                 self.reader, self.writer = await asyncio.wait_for(
                     asyncio.open_connection(self.topo.host, self.topo.port), max(left, 0.05))
-                return
+                return self.reader, self.writer
             except (OSError, asyncio.TimeoutError, TimeoutError) as exc:  # noqa: UP041 - 3.10
                 if loop.time() + CONNECT_RETRY_S >= deadline:
                     raise MeetingError(_CLIENT_TIMEOUT.format(
@@ -286,18 +286,18 @@ class Joiner:
         ends first: MeetingError with the lost-peer line)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        await self._connect(start + self.topo.timeout_s)
-        assert self.reader is not None and self.writer is not None
-        self.writer.write(_line({"node_rank": self.topo.node_rank,
-                                 "ranks": self.topo.ranks_here}))
+        _, writer = await self._connect(start + self.topo.timeout_s)
+        writer.write(_line({"node_rank": self.topo.node_rank, "ranks": self.topo.ranks_here}))
         with contextlib.suppress(ConnectionError):
-            await self.writer.drain()
+            await writer.drain()
         if await self._next() != GO:
-            raise MeetingError(_peer_lost(self.writer))
+            raise MeetingError(_peer_lost(writer))
         return loop.time() - start
 
     async def _next(self) -> dict[str, Any] | None:
-        assert self.reader is not None
+        """rank 0's next message; None when the connection ended (or never was)."""
+        if self.reader is None:
+            return None
         try:
             raw = await self.reader.readline()
             return json.loads(raw) if raw else None
@@ -310,7 +310,8 @@ class Joiner:
         message = await self._next()
         if message == SHUTDOWN:
             return None
-        assert self.writer is not None
+        if self.writer is None:
+            return _PEER_LOST.format(host=self.topo.host, port=self.topo.port)
         return _peer_lost(self.writer)
 
     async def close(self) -> None:

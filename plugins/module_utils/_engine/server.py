@@ -273,8 +273,10 @@ class HttpServer:
         """Rank 0 meets the other nodes (after ``Init torch distributed begin.``): the wall
         seconds it took; None when a stop came first or they did not meet (the scheduler's
         failure: its SIGQUIT ends the process), then the nodes are watched."""
-        assert self.meeting is not None
-        meet = asyncio.ensure_future(self.meeting.meet())
+        meeting = self.meeting
+        if meeting is None:
+            return 0.0
+        meet = asyncio.ensure_future(meeting.meet())
         stop = asyncio.ensure_future(self.engine.stop_event.wait())
         await asyncio.wait({meet, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
@@ -288,13 +290,12 @@ class HttpServer:
             fleet.scheduler_exception(self.log, str(exc))
             await asyncio.sleep(FAILSAFE_S)
             return None
-        self._watcher = asyncio.ensure_future(self._watch_nodes())
+        self._watcher = asyncio.ensure_future(self._watch_nodes(meeting))
         return waited
 
-    async def _watch_nodes(self) -> None:
+    async def _watch_nodes(self, meeting: fleet.Rendezvous) -> None:
         """A node that goes away fails rank 0's scheduler, as a broken gloo group does."""
-        assert self.meeting is not None
-        line = await self.meeting.watch()
+        line = await meeting.watch()
         if self.engine.state != "stopping":
             fleet.scheduler_exception(self.log, line)
 
