@@ -690,7 +690,8 @@ def test_health_503_while_draining(rec: Path, tmp_path: Path) -> None:
 
         def long_request() -> None:
             try:
-                server.post("/v1/completions", {"prompt": "q", "max_tokens": 5000,
+                # about 60 modelled seconds: longer than the 1 s drain at this time scale
+                server.post("/v1/completions", {"prompt": "q", "max_tokens": 30000,
                                                 "ignore_eos": True})
             except OSError:
                 pass  # cut by the shutdown

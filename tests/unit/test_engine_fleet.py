@@ -185,7 +185,7 @@ def test_rank1_first_then_rank0_serves_and_losing_rank1_takes_rank0_down(
     dist_port = _free_port()
     rank1 = Node(tmp_path, 1, dist_port)
     nodes.append(rank1)
-    time.sleep(0.5)
+    time.sleep(1.0)
     assert rank1.get("/health")[0] == 0  # its placeholder starts once its schedulers are ready
     rank0 = Node(tmp_path, 0, dist_port)
     nodes.append(rank0)
