@@ -13,6 +13,11 @@ STAMP := $(VENV)/.installed-$(REQS)
 # A second, newer interpreter for the newest ansible-core (pyenv's 3.13 when present).
 PYTHON_NEW ?= $(shell PYENV_VERSION=3.13.0 python3 -c 'import sys; print(sys.executable if sys.version_info >= (3, 12) else "")' 2>/dev/null || true)
 VENV_NEW ?= .venv-new
+# The real SGLang router (sglang-router, pinned in requirements-router.txt: a 92 MB wheel with a
+# Rust library that runs on CPU), in a venv of its own: the unit and integration tests run it as
+# an existing installation, and inventories/local points the router role at it.
+ROUTER_VENV ?= .venv-router
+ROUTER_STAMP := $(ROUTER_VENV)/.installed-requirements-router.txt
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Host-side Python (runs on managed hosts: Python >= 3.10), listed once in tests/host_side_files.txt
 # (globs; `#` comment lines), which tests/unit/test_py310.py reads too.
@@ -27,11 +32,12 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup lint unit integration molecule build sanity sanity-newcore test test-newcore fleet-test demo clean stop
+.PHONY: help setup router lint unit integration molecule build sanity sanity-newcore test test-newcore fleet-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
 	@echo "make demo         deploy mtp_hicache locally (embedded engine), status, throughput sweep + report"
+	@echo "make router       create $(ROUTER_VENV) with the pinned sglang-router (requirements-router.txt)"
 	@echo "make test         setup + lint + unit + integration + molecule + collection build + sanity"
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
 	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules, plugins/filter and plugins/lookup)"
@@ -50,15 +56,23 @@ $(STAMP): $(REQS)
 setup: $(STAMP)
 	@$(PY) -c "import ansible, sys; print('ansible-core', ansible.__version__, 'on Python', sys.version.split()[0])"
 
+$(ROUTER_STAMP): requirements-router.txt
+	test -x $(ROUTER_VENV)/bin/python || $(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-router.txt
+	touch $@
+
+router: $(ROUTER_STAMP)
+	@$(ROUTER_VENV)/bin/python -c "import importlib.metadata as m; print('sglang-router', m.version('sglang-router'))"
+
 lint: setup
 	$(BIN)/ruff check plugins tests tools
 	$(BIN)/$(VERMIN) $(HOST_SIDE_PY)
 	$(BIN)/ansible-lint --profile production --offline playbooks roles molecule inventories
 
-unit: setup
+unit: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/unit
 
-integration: setup
+integration: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 tests/integration
 
 molecule: setup
@@ -105,7 +119,7 @@ sanity: setup
 	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --test pylint plugins/modules/ plugins/filter/ plugins/lookup/
 
 # The newest ansible-core on a newer Python (skipped, and said so, where none is installed).
-test-newcore:
+test-newcore: router
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP test-newcore: no Python >= 3.12 found"; exit 0; fi; \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) setup && \
 	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q tests/unit && \
@@ -138,7 +152,7 @@ fleet-test: setup
 test: setup lint unit integration molecule build sanity test-newcore
 	@echo "make test: all stages passed"
 
-demo: setup
+demo: setup router
 	$(BIN)/ansible-playbook playbooks/deploy.yml -e profile=mtp_hicache
 	$(BIN)/ansible-playbook playbooks/status.yml
 	$(BIN)/ansible-playbook playbooks/bench.yml

@@ -311,4 +311,3 @@ def wait_for_idle(
         results[inst["name"]] = {"idle": last in (0, 0.0) or how in ("grace", "gone"),
                                  "waited_s": round(clock() - start, 2), "in_flight": last, "how": how}
     return results
-

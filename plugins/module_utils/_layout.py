@@ -17,6 +17,18 @@ Instance ``gpu0`` runs as the systemd unit ``sglang@gpu0.service`` or as the det
 takes these names and paths from here (through the plan, the manifest or ``discover``), so
 they are spelled once.
 
+A router (the role ``llmops.sglang.router``) lives in one folder under its own base folder
+(``sglang_router_base_dir``; it may be the servers' base folder too: ``router`` is never an
+instance name)::
+
+    <router base>/router/launch.sh  the router's launch script
+    <router base>/router/env        its environment (mode 0600: the API key lives only here)
+    <router base>/router/router.pid its pid file (process backend)
+    <router base>/router/router.log its log
+
+It runs as the systemd unit ``sglang-router.service`` or as the detached service
+``sglang-router``.
+
 Stdlib only, Python >= 3.8: modules ship this file to hosts.
 """
 from __future__ import annotations
@@ -35,6 +47,11 @@ LOG_FILE = "server.log"
 UNIT_TEMPLATE = "sglang@.service"
 UNIT_PREFIX = "sglang@"
 SERVICE_PREFIX = "sglang-"
+ROUTER_DIR = "router"
+ROUTER_PID_FILE = "router.pid"
+ROUTER_LOG_FILE = "router.log"
+ROUTER_SERVICE = "sglang-router"
+ROUTER_UNIT = f"{ROUTER_SERVICE}.service"
 # Instance names are made by the plan ("gpu0", "gpu0-1"); anything else under the base folder
 # (the engine, a user's notes) is not an instance.
 INSTANCE_NAME = re.compile(r"gpu[0-9]+(?:-[0-9]+)*")
@@ -63,6 +80,30 @@ def instance_paths(base_dir: str, name: str) -> dict[str, str]:
         "secrets_file": os.path.join(folder, SECRETS_FILE),
         "pid_file": os.path.join(folder, PID_FILE),
         "log_file": os.path.join(folder, LOG_FILE),
+    }
+
+
+def router_paths(base_dir: str) -> dict[str, str]:
+    """{dir, launch_script, env_file, pid_file, log_file} of the router under ``base_dir``."""
+    folder = os.path.join(base_dir, ROUTER_DIR)
+    return {
+        "dir": folder,
+        "launch_script": os.path.join(folder, LAUNCH_SCRIPT),
+        "env_file": os.path.join(folder, ENV_FILE),
+        "pid_file": os.path.join(folder, ROUTER_PID_FILE),
+        "log_file": os.path.join(folder, ROUTER_LOG_FILE),
+    }
+
+
+def router_layout(base_dir: str, bind: str | None, port: int) -> dict[str, object]:
+    """The router's files (``router_paths``), its service names (``unit``: the systemd unit,
+    ``service``: the detached service and its marker) and ``connect_url``, where a client on
+    the router's own host reaches it (a wildcard bind on loopback, as for an instance)."""
+    return {
+        "paths": router_paths(base_dir),
+        "unit": ROUTER_UNIT,
+        "service": ROUTER_SERVICE,
+        "connect_url": connect_url(bind, port),
     }
 
 

@@ -580,3 +580,140 @@ def test_hicache_larger_than_host(rec: Path, tmp_path: Path) -> None:
     res = _run_engine(argv, LLMOPS_SIM_HOST_MEM_AVAILABLE_GB="12")
     assert res.returncode != 0
     assert "Not enough host memory" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# what a router asks (sglang-router 0.3.2, recorded in tests/fixtures/sglang-router-0.3.2)
+# ------------------------------------------------------------------------------------------
+def _router_requests(fixtures_dir: Path) -> list[dict[str, Any]]:
+    path = fixtures_dir / "sglang-router-0.3.2" / "worker-requests.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_router_probes_and_forwarded_bodies(dense: Server, fixtures_dir: Path) -> None:
+    """Every request the router sent its worker, replayed: registration probes, the load poll,
+    and the bodies it forwards with fields of its own (which the real server ignores, or knows:
+    pydantic models with the default ``extra="ignore"``, GenerateReqInput a dataclass)."""
+    seen: set[str] = set()
+    for req in _router_requests(fixtures_dir):
+        body = json.loads(req["b"]) if req["b"] else None
+        status, headers, raw = _http(req["m"], dense.base + req["p"], body)
+        assert status == 200, (req["p"], raw[:300])
+        seen.add(req["p"])
+        if req["p"] in ("/server_info", "/model_info", "/get_load"):
+            assert json.loads(raw)
+        elif body is not None and body.get("stream"):
+            chunks = _sse(raw)
+            assert chunks[-1] == "[DONE]" and chunks[-2]["usage"]["completion_tokens"] == 2
+        elif body is not None:
+            data = json.loads(raw)
+            usage = data["meta_info"] if req["p"] == "/generate" else data["usage"]
+            assert usage["completion_tokens"] == 2  # max_tokens / max_completion_tokens honoured
+    assert seen == {"/health", "/server_info", "/model_info", "/get_load", "/v1/completions",
+                    "/v1/chat/completions", "/generate"}
+
+
+def test_get_load_and_v1_loads_0517(dense: Server) -> None:
+    """0.5.17: /get_load (deprecated shim over the load snapshot) and /v1/loads."""
+    traits = json.loads((ROOT / "data" / "releases.json").read_text())[RELEASE]
+    status, _, raw = dense.get("/get_load")
+    assert status == 200
+    (load,) = json.loads(raw)
+    assert list(load) == traits["get_load"]["keys"]
+    assert load["dp_rank"] == 0 and load["num_tokens"] >= load["num_pending_tokens"] >= 0
+    assert ("Endpoint '/get_load' is deprecated and will be removed in a future version. "
+            "Please use '/v1/loads' instead.") in dense.log()
+    status, _, raw = dense.get("/v1/loads")
+    doc = json.loads(raw)
+    assert list(doc) == ["timestamp", "version", "accelerator", "num_accelerators", "loads"]
+    assert (doc["version"], doc["accelerator"], doc["num_accelerators"]) == (
+        RELEASE, "NVIDIA H200", 1)
+    (entry,) = doc["loads"]
+    assert list(entry)[:len(traits["v1_loads"]["core"])] == traits["v1_loads"]["core"]
+    assert set(entry) - set(traits["v1_loads"]["core"]) == {"memory", "disaggregation", "queues"}
+    assert entry["memory"]["token_capacity"] == entry["max_total_num_tokens"]
+    assert entry["disaggregation"]["mode"] == "null"
+    core = json.loads(dense.get("/v1/loads?include=core")[2])["loads"][0]
+    assert list(core) == traits["v1_loads"]["core"]
+    assert json.loads(dense.get("/v1/loads?dp_rank=1")[2])["loads"] == []
+    status, _, raw = dense.get("/v1/loads?include=bogus")
+    assert status == 400 and json.loads(raw)["detail"].startswith(
+        "Invalid include sections: {'bogus'}. Valid options: ['all', 'core', ")
+    status, headers, raw = dense.get("/v1/loads?format=prometheus")
+    assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert '# TYPE sglang_num_running_reqs gauge\nsglang_num_running_reqs{dp_rank="0"} ' \
+        in raw.decode()
+    assert 'sglang_memory_token_capacity{dp_rank="0"} ' in raw.decode()
+
+
+@pytest.mark.parametrize("release", ["0.5.10", "0.5.23"])
+def test_loads_per_release(rec: Path, tmp_path: Path, release: str) -> None:
+    """0.5.10: the scheduler's reply dataclasses (dp_rank null, BaseReq's fields, an aggregate);
+    0.5.23: no /get_load, num_prealloc_ready_tokens in the snapshot."""
+    traits = json.loads((ROOT / "data" / "releases.json").read_text())[release]
+    model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
+    server = Server(["--model-path", model, "--port", str(_free_port())], tmp_path, release,
+                    LLMOPS_SGLANG_RELEASE=release)
+    try:
+        server.wait_ready()
+        status, _, raw = server.get("/get_load")
+        doc = json.loads(server.get("/v1/loads")[2])
+        (entry,) = doc["loads"]
+        if release == "0.5.10":
+            (load,) = json.loads(raw)
+            assert list(load) == traits["get_load"]["keys"]
+            assert (load["rid"], load["http_worker_ipc"], load["dp_rank"]) == (None, None, None)
+            assert list(doc) == ["timestamp", "version", "dp_rank_count", "loads", "aggregate"]
+            assert "dp_rank" not in entry and "timestamp" not in entry
+            assert list(entry)[-1] == "num_total_reqs"
+            assert entry["disaggregation"]["prefill_prealloc_queue_reqs"] == 0
+            text = server.get("/v1/loads?format=prometheus")[2].decode()
+            assert ("# HELP sglang_num_running_reqs Number of running requests\n"
+                    "# TYPE sglang_num_running_reqs gauge\n"
+                    'sglang_num_running_reqs{dp_rank="None"} 0') in text
+        else:
+            assert (status, json.loads(raw)) == (404, {"detail": "Not Found"})
+            assert "num_prealloc_ready_tokens" in entry
+            assert list(entry)[:len(traits["v1_loads"]["core"])] == traits["v1_loads"]["core"]
+    finally:
+        assert server.stop() == 0
+
+
+def test_health_503_while_draining(rec: Path, tmp_path: Path) -> None:
+    """After SIGTERM /health answers 503 (with the real server's line) until the server is
+    gone, so a router stops sending to it; in-flight requests still finish or are cut."""
+    model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
+    server = Server(["--model-path", model, "--port", str(_free_port())], tmp_path, "drain",
+                    LLMOPS_SIM_TIME_SCALE="0.01")
+    try:
+        server.wait_ready()
+
+        def long_request() -> None:
+            try:
+                # about 60 modelled seconds: longer than the 1 s drain at this time scale
+                server.post("/v1/completions", {"prompt": "q", "max_tokens": 30000,
+                                                "ignore_eos": True})
+            except OSError:
+                pass  # cut by the shutdown
+
+        thread = threading.Thread(target=long_request, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the request is running
+            if json.loads(server.get("/v1/loads")[2])["loads"][0]["num_running_reqs"]:
+                break
+            time.sleep(0.01)
+        server.proc.send_signal(signal.SIGTERM)
+        seen: list[int] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and server.proc.poll() is None:
+            try:
+                seen.append(server.get("/health")[0])
+            except OSError:
+                seen.append(0)  # refused: the server is gone
+            time.sleep(0.01)
+        assert 503 in seen and 200 not in seen[seen.index(503):], seen
+        thread.join(timeout=5)
+    finally:
+        assert server.stop() == 0
+    assert "Health check request received during shutdown. Returning 503." in server.log()

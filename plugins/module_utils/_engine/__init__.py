@@ -19,12 +19,16 @@ One job per file:
   listening socket;
 - ``startup``: the log before serving (ServerArgs line, deprecation warnings, timed start-up lines);
 - ``procs``: SGLang's scheduler and detokenizer processes and its handling of their death;
-- ``server``: the aiohttp application, middlewares, routes, and the server's life;
+- ``fleet``: several nodes (``--nnodes``) meeting at rank 0's dist-init address and watching
+  each other; ``follower``: the life of a node of rank > 0;
+- ``server``: the aiohttp applications (rank 0's API, a rank > 0's placeholder), middlewares,
+  routes, and the server's life;
 - ``engine``: one engine's configuration and state; ``scheduler``: request bookkeeping and
   the token-dispatch loop;
 - ``api_openai`` (completions, chat) and ``api_native`` (/generate): the APIs, free of the HTTP
   framework; ``requests`` (bodies, validation) and ``replies`` (replies, streams, error bodies);
 - ``tokens``: the modelled tokenizer; ``info``: server_info / model_info documents;
+  ``loads``: /get_load and /v1/loads documents;
   ``metrics``: what /metrics counts; ``prometheus``: its text; ``log``: the log format;
 - ``perfmodel``: the performance model (its own package).
 

@@ -5,7 +5,9 @@
 argv is parsed with the emulated release's own flag schema (``_flags``; exit 2 on an error,
 0 for ``--help``); then the model's config.json, the GPU, the host's memory and the plan
 (``perfmodel``; exit 1 with the real server's lines when it would fail), the listening socket,
-SGLang's child processes (``procs``), and the HTTP server (``server``) until SIGTERM.
+SGLang's child processes (``procs``), and the HTTP server (``server``) until SIGTERM. With
+``--nnodes`` > 1 the nodes meet at rank 0's ``--dist-init-addr`` (``fleet``); a node of rank > 0
+serves only the placeholder routes (``follower``).
 
 Environment (never SGLang flags): LLMOPS_SGLANG_RELEASE, LLMOPS_SIM_GPUS, CUDA_VISIBLE_DEVICES,
 LLMOPS_SIM_TIME_SCALE, LLMOPS_SIM_HOST_MEM_AVAILABLE_GB, LLMOPS_SIM_ACCEPT_LENGTH,
@@ -21,8 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases
-from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile, host, perfmodel
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile, fleet, host, perfmodel
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine, EngineConfig
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.follower import Follower
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.procs import EngineProcs
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup import (
@@ -32,7 +35,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup impo
 )
 
 if TYPE_CHECKING:
-    from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
+    from types import ModuleType
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Started:
     plan: perfmodel.EnginePlan
     sock: socket.socket
     time_scale: float
+    topology: fleet.Topology | None  # several nodes: where this one stands
 
 
 def _parse(argv: list[str], release: str) -> tuple[dict[str, Any], dict[str, Any]] | int:
@@ -117,6 +121,11 @@ def _start(args: dict[str, Any], release: str, traits: dict[str, Any], log: Log,
            time_scale: float) -> Started | int:
     """Model, GPU, plan and socket; the exit code 1 when one fails."""
     try:
+        topology = fleet.Topology.from_args(args)
+    except ValueError as exc:  # NetworkAddress.parse, in the scheduler
+        log.error(f"ValueError: {exc}")
+        return 1
+    try:
         model_config, gpu_name, gpu = _model_and_gpu(args)
         plan = _plan(args, model_config, gpu, release, log)
         if plan is None:
@@ -125,22 +134,43 @@ def _start(args: dict[str, Any], release: str, traits: dict[str, Any], log: Log,
     except host.StartupError as exc:
         log.error(str(exc))
         return 1
-    return Started(args, release, traits, model_config, gpu_name, plan, sock, time_scale)
+    return Started(args, release, traits, model_config, gpu_name, plan, sock, time_scale,
+                   topology)
 
 
-def _serve(started: Started, procs: EngineProcs, log: Log, server: type[HttpServer]) -> int:
-    async def _amain() -> int:
-        engine = Engine(EngineConfig.build(
-            args=started.args, plan=started.plan, gpu_name=started.gpu_name,
-            release=started.release, traits=started.traits, model_config=started.model_config,
-            time_scale=started.time_scale), log)
-        listen_early = os.environ.get("LLMOPS_SIM_LISTEN", "early").lower() != "ready"
-        schedule = startup_schedule(started.args, started.plan, started.traits)
-        return await procs.supervise(server(engine).run(started.sock, schedule, listen_early),
-                                     phase=lambda: engine.state, stop=engine.stop_event.set)
+async def _serve_api(started: Started, procs: EngineProcs, log: Log, http: ModuleType) -> int:
+    """Node rank 0 (the only node, or the one that hosts the meeting): SGLang's API."""
+    engine = Engine(EngineConfig.build(
+        args=started.args, plan=started.plan, gpu_name=started.gpu_name,
+        release=started.release, traits=started.traits, model_config=started.model_config,
+        time_scale=started.time_scale), log)
+    listen_early = os.environ.get("LLMOPS_SIM_LISTEN", "early").lower() != "ready"
+    schedule = startup_schedule(started.args, started.plan, started.traits)
+    meeting = fleet.Rendezvous(started.topology) if started.topology is not None else None
+    server = http.HttpServer(engine, meeting)
+    return await procs.supervise(server.run(started.sock, schedule, listen_early),
+                                 phase=lambda: engine.state, stop=engine.stop_event.set)
 
+
+async def _serve_placeholder(started: Started, topology: fleet.Topology, procs: EngineProcs,
+                             log: Log, http: ModuleType) -> int:
+    """A node of rank > 0: the meeting, the placeholder routes, then waiting for rank 0."""
+    follower = Follower(args=started.args, traits=started.traits, log=log,
+                        joiner=fleet.Joiner(topology),
+                        placeholder=http.PlaceholderServer(bool(started.args.get("enable_metrics"))),
+                        procs=procs, time_scale=started.time_scale)
+    schedule = startup_schedule(started.args, started.plan, started.traits)
+    return await procs.supervise(follower.run(started.sock, schedule),
+                                 phase=lambda: follower.state, stop=follower.stop_event.set,
+                                 launch_phase_only=True)
+
+
+def _serve(started: Started, procs: EngineProcs, log: Log, http: ModuleType) -> int:
+    topology = started.topology
     try:
-        return asyncio.run(_amain())
+        if topology is not None and topology.node_rank > 0:
+            return asyncio.run(_serve_placeholder(started, topology, procs, log, http))
+        return asyncio.run(_serve_api(started, procs, log, http))
     except KeyboardInterrupt:
         return 0
 
@@ -150,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     # aiohttp is loaded here, not when this module is imported: server.py is the one file of
     # the engine that imports it, and the others stay importable without it (ansible-test's
     # import sanity test runs without aiohttp; tests/sanity/ignore-*.txt names server.py only).
-    from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
+    from ansible_collections.llmops.sglang.plugins.module_utils._engine import server as http
 
     argv = list(sys.argv[1:] if argv is None else argv)
     release = os.environ.get("LLMOPS_SGLANG_RELEASE", _releases.DEFAULT_RELEASE)
@@ -173,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         started.sock.close()
         return 1
     try:
-        return _serve(started, procs, log, HttpServer)
+        return _serve(started, procs, log, http)
     finally:
         procs.stop()
         started.sock.close()

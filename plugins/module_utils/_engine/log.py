@@ -10,10 +10,12 @@ from typing import Any
 
 
 class Log:
-    """``--log-level warning|error`` silences the info and access lines."""
+    """``--log-level warning|error`` silences the info and access lines (``error`` the warning
+    lines too)."""
 
     def __init__(self, level: str = "info") -> None:
         self.info_enabled = level.lower() in ("debug", "info")
+        self.warning_enabled = self.info_enabled or level.lower() == "warning"
 
     @staticmethod
     def _ts() -> str:
@@ -28,6 +30,10 @@ class Log:
 
     def info(self, msg: str) -> None:
         if self.info_enabled:
+            self._write(sys.stderr, msg)
+
+    def warning(self, msg: str) -> None:
+        if self.warning_enabled:
             self._write(sys.stderr, msg)
 
     def error(self, msg: str) -> None:

@@ -48,6 +48,7 @@ READY_POLL_S = 5.0  # _wait_for_scheduler_ready: reader.poll(timeout=5.0), then 
 CRASH_DIAGNOSTICS_SLEEP_S = 5.0  # dump_requests_before_crash: time.sleep(5) (x time scale here)
 STOP_TIMEOUT_S = 5.0  # the main's own stop: SIGTERM, then SIGKILL after this
 KILL_TIMEOUT_S = 5.0
+JOIN_POLL_S = 0.05  # wait_schedulers: how often a scheduler's exit is looked for
 
 _FALSE = ("false", "0", "no", "n")  # environ.py EnvBool.parse
 
@@ -358,6 +359,7 @@ class EngineProcs:
     time_scale: float = 1.0
     failure: str | None = None
     _watching: bool = field(default=False, repr=False)
+    _joined: set[int] = field(default_factory=set, repr=False)
 
     @classmethod
     def spawn(cls, args: Mapping[str, Any], log: _Log, time_scale: float = 1.0) -> EngineProcs:
@@ -462,6 +464,8 @@ class EngineProcs:
             state = phase()
             if state == "stopping" or not self._watching:
                 return
+            if state == "placeholder":  # a rank > 0 has no watchdog: wait_schedulers joins
+                continue
             if state == "loading":
                 if loop.time() < next_ready_check:
                     continue
@@ -474,12 +478,15 @@ class EngineProcs:
                 return
 
     async def supervise(self, run: Awaitable[int], phase: Callable[[], str],
-                        stop: Callable[[], None]) -> int:
+                        stop: Callable[[], None], launch_phase_only: bool = False) -> int:
         """Await the engine (``run``) while watching the children, with SGLang's SIGQUIT
-        handler installed; the engine's exit code, or 1 after a scheduler died during start-up
-        (with the last line of the traceback the real server prints)."""
+        handler installed (``launch_phase_only``: the launch-phase one for good, as on a node of
+        rank > 0, which never installs the running-phase one); the engine's exit code, or 1
+        after a scheduler died during start-up (with the last line of the traceback the real
+        server prints)."""
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGQUIT, lambda: self._on_sigquit(phase() == "loading"))
+        loop.add_signal_handler(signal.SIGQUIT, lambda: self._on_sigquit(
+            launch_phase_only or phase() == "loading"))
         watcher = asyncio.ensure_future(self.watch(phase, stop))
         try:
             code = await run
@@ -495,6 +502,27 @@ class EngineProcs:
             sys.stderr.flush()
             return 1
         return code
+
+    # -- a node of rank > 0 ------------------------------------------------------------
+    def terminate_schedulers(self) -> None:
+        """Rank 0's ShutdownReq reached them: they leave their loop and exit 0."""
+        for child in self.children:
+            if child.spec.name.startswith("scheduler_") and child.proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    child.proc.send_signal(signal.SIGTERM)
+
+    async def wait_schedulers(self) -> None:
+        """engine.py ``block_until_scheduler_exits``: join each scheduler in turn, logging
+        ``Scheduler or DataParallelController <pid> terminated with <code>`` (once each)."""
+        for child in self.children:
+            if not child.spec.name.startswith("scheduler_"):
+                continue
+            while child.proc.poll() is None:
+                await asyncio.sleep(JOIN_POLL_S)
+            if child.pid not in self._joined:
+                self._joined.add(child.pid)
+                self.log.error(f"Scheduler or DataParallelController {child.pid} "
+                               f"terminated with {child.proc.returncode}")
 
     # -- clean-up ----------------------------------------------------------------------
     def kill(self) -> None:

@@ -104,6 +104,9 @@ class BatchStats:
     window_tokens: int = 0
     window_time: float = 0.0
     last_gen_throughput: float = 0.0
+    # /v1/loads decode_moments (scheduler.py _accumulate_decode_moment): steps, sum of batch
+    # sizes, of step microseconds (wall), of batch sizes squared, of batch x step, of tokens
+    decode_moments: list[float] = field(default_factory=lambda: [0.0] * 6)
 
 
 class RequestScheduler:
@@ -238,18 +241,18 @@ class RequestScheduler:
         finished = set(res.finished or [])
         new_seqs = [self.reqs[r] for r in set(res.first_token or []) if r in self.reqs]
         decode_tokens = 0
-        decode_seen = False
+        decode_batch = 0
         for rid, count in res.emitted or []:
             req = self.reqs.get(rid)
             if req is None or count <= 0:
                 continue
             tokens, decoded = self._emit(req, int(count), now, mnow, rid in finished)
             decode_tokens += tokens
-            decode_seen = decode_seen or decoded
+            decode_batch += int(decoded)
         if new_seqs:
             self._after_prefill(new_seqs, now, mnow, dt_metric, dt_wall)
-        if decode_seen:
-            self._after_decode(decode_tokens, dt_wall)
+        if decode_batch:
+            self._after_decode(decode_tokens, dt_wall, decode_batch)
         for rid in finished:
             req = self.reqs.get(rid)
             if req is not None:
@@ -297,8 +300,13 @@ class RequestScheduler:
         self.metrics.steps_prefill += 1
         self._log_prefill(new_seqs, dt_wall)
 
-    def _after_decode(self, decode_tokens: int, dt_wall: float) -> None:
+    def _after_decode(self, decode_tokens: int, dt_wall: float, batch: int) -> None:
         stats = self.stats
+        step_us = float(int(dt_wall * 1e6))
+        if step_us > 0:
+            for i, value in enumerate((1.0, batch, step_us, batch * batch, batch * step_us,
+                                       decode_tokens)):
+                stats.decode_moments[i] += value
         self.metrics.steps_decode += 1
         stats.decode_steps += 1
         stats.window_tokens += decode_tokens

@@ -1,8 +1,12 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""The HTTP server (aiohttp, the one file of the engine that needs it): the application, its
-middlewares (uvicorn-style access log and HTTP metrics, ``--api-key``), the routes, and the
-server's life: the modelled start-up log, listening, warm-up, ready, SIGTERM, shutdown."""
+"""The HTTP servers (aiohttp, the one file of the engine that needs it).
+
+``HttpServer``: SGLang's API on node rank 0: the application, its middlewares (uvicorn-style
+access log and HTTP metrics, ``--api-key``), the routes, and the server's life: the modelled
+start-up log (with several nodes, their meeting: ``fleet.Rendezvous``), listening, warm-up,
+ready, SIGTERM, shutdown. ``PlaceholderServer``: what a node of rank > 0 serves on its
+``--port`` (``launch_dummy_health_check_server``; its life is ``follower``'s)."""
 from __future__ import annotations
 
 import asyncio
@@ -18,16 +22,27 @@ from typing import Any
 
 from aiohttp import web
 
-from ansible_collections.llmops.sglang.plugins.module_utils._engine import api_native, api_openai, info
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import (
+    api_native,
+    api_openai,
+    fleet,
+    info,
+    loads,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.prometheus import render_metrics
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.replies import Reply, Stream, json_dumps
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.requests import ApiRequest
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.scheduler import TIMEOUTS
-from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup import WARMUP_SECONDS, Schedule
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup import (
+    WARMUP_SECONDS,
+    Schedule,
+    play_lines,
+)
 
 ApiHandler = Callable[[Engine, ApiRequest], Awaitable["Reply | Stream"]]
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")  # no API key needed (SGLang's auth.py)
+FAILSAFE_S = 30.0  # a failed scheduler's SIGQUIT ends the process long before this
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -37,6 +52,21 @@ def json_response(obj: Any, status: int = 200) -> web.Response:
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["server"] = "uvicorn"
     response.headers["vary"] = "Origin"
+
+
+async def _uvicorn_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["server"] = "uvicorn"
+
+
+@web.middleware
+async def _fastapi_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """FastAPI's 404 / 405 bodies (405 with its ``allow`` header)."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        headers = {"allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return web.Response(text=json_dumps({"detail": exc.reason}), status=exc.status,
+                            content_type="application/json", headers=headers)
 
 
 async def _sse(request: web.Request, stream: Stream) -> web.StreamResponse:
@@ -70,10 +100,12 @@ def _phrase(status: int) -> str:
 class HttpServer:
     """SGLang's HTTP surface over one engine (docs/engine-api.md "HTTP surface")."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, meeting: fleet.Rendezvous | None = None) -> None:
         self.engine = engine
         self.log = engine.log
         self.traits = engine.config.traits
+        self.meeting = meeting  # node rank 0 of several: the other nodes meet it
+        self._watcher: asyncio.Future[None] | None = None
 
     # -- the application -------------------------------------------------------------
     def build_app(self) -> web.Application:
@@ -95,6 +127,10 @@ class HttpServer:
         add("POST", "/v1/chat/completions", self._api(api_openai.chat))
         add("POST", "/generate", self._api(api_native.generate))
         add("PUT", "/generate", self._api(api_native.generate))
+        if self.traits.get("get_load"):
+            add("GET", "/get_load", self.h_get_load)
+        if self.traits.get("v1_loads"):
+            add("GET", "/v1/loads", self.h_v1_loads)
         if self.engine.config.args.get("enable_metrics"):
             add("GET", "/metrics", self.h_metrics)
         return app
@@ -152,7 +188,10 @@ class HttpServer:
 
     # -- handlers ----------------------------------------------------------------------
     async def h_health(self, request: web.Request) -> web.StreamResponse:
-        """503 until ready; then a one-token generation through the scheduler."""
+        """503 until ready and while stopping; else a one-token generation."""
+        if self.engine.state == "stopping":
+            self.log.info("Health check request received during shutdown. Returning 503.")
+            return web.Response(status=503)
         if self.engine.state != "ready":
             return web.Response(status=503)
         if not await self.engine.scheduler.one_token() or self.engine.state != "ready":
@@ -168,6 +207,16 @@ class HttpServer:
         if request.path == self.traits.get("server_info_deprecated_path"):
             self._deprecated(request.path, str(self.traits.get("server_info_path")))
         return json_response(info.server_info(self.engine))
+
+    async def h_get_load(self, request: web.Request) -> web.StreamResponse:
+        self.log.warning(loads.DEPRECATION)
+        return json_response(loads.get_load(self.engine))
+
+    async def h_v1_loads(self, request: web.Request) -> web.StreamResponse:
+        answer = loads.v1_loads(self.engine, request.query)
+        if isinstance(answer, str):
+            return web.Response(text=answer, headers={"Content-Type": loads.PROMETHEUS_TYPE})
+        return json_response(answer.body, answer.status)
 
     async def h_models(self, request: web.Request) -> web.StreamResponse:
         return json_response(info.models_list(self.engine))
@@ -211,14 +260,44 @@ class HttpServer:
         return await self._shutdown(runner, loop_task)
 
     async def _start_up(self, schedule: Schedule, start: float) -> bool:
-        """The start-up lines, each at its modelled time; True when a stop came first."""
-        lines, uvicorn_at = schedule
+        """The start-up lines, each at its modelled time (and, with several nodes, the nodes
+        meeting); True when a stop came first."""
         scale = self.engine.config.time_scale
-        for at, message in lines:
-            if await self._sleep_until(start + at * scale):
-                return True
-            self.log.info(message)
-        return await self._sleep_until(start + uvicorn_at * scale)
+        moved = await play_lines(schedule, self.log, start, scale, self._sleep_until,
+                                 self._meet if self.meeting is not None else None)
+        if moved is None:
+            return True
+        return await self._sleep_until(moved + schedule.uvicorn_at * scale)
+
+    async def _meet(self) -> float | None:
+        """Rank 0 meets the other nodes (after ``Init torch distributed begin.``): the wall
+        seconds it took; None when a stop came first or they did not meet (the scheduler's
+        failure: its SIGQUIT ends the process), then the nodes are watched."""
+        meeting = self.meeting
+        if meeting is None:
+            return 0.0
+        meet = asyncio.ensure_future(meeting.meet())
+        stop = asyncio.ensure_future(self.engine.stop_event.wait())
+        await asyncio.wait({meet, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not meet.done():
+            meet.cancel()
+            await asyncio.gather(meet, return_exceptions=True)
+            return None
+        try:
+            waited = meet.result()
+        except fleet.MeetingError as exc:
+            fleet.scheduler_exception(self.log, str(exc))
+            await asyncio.sleep(FAILSAFE_S)
+            return None
+        self._watcher = asyncio.ensure_future(self._watch_nodes(meeting))
+        return waited
+
+    async def _watch_nodes(self, meeting: fleet.Rendezvous) -> None:
+        """A node that goes away fails rank 0's scheduler, as a broken gloo group does."""
+        line = await meeting.watch()
+        if self.engine.state != "stopping":
+            fleet.scheduler_exception(self.log, line)
 
     def _uvicorn_lines(self) -> None:
         args = self.engine.config.args
@@ -272,4 +351,47 @@ class HttpServer:
             await loop_task
         except asyncio.CancelledError:
             pass
+        if self.meeting is not None:
+            if self._watcher is not None:
+                self._watcher.cancel()
+            await self.meeting.close(shutdown=bool(self.traits.get("rank0_shutdown_broadcast")))
         return 0
+
+
+class PlaceholderServer:
+    """What a node of rank > 0 serves on its ``--port`` (utils/common.py
+    ``launch_dummy_health_check_server``, a FastAPI app run by uvicorn at log level warning):
+    ``GET /ping``, ``/health``, ``/health_generate``: 200 with an empty body whatever the
+    state; with ``--enable-metrics`` a ``/metrics`` mount (prometheus_client's multiprocess
+    registry: empty here, as no scheduler of a rank > 0 exports metrics); anything else
+    FastAPI's 404 / 405 (HEAD included). No access log, no CORS header, no API key."""
+
+    def __init__(self, enable_metrics: bool) -> None:
+        self.enable_metrics = enable_metrics
+        self._runner: web.AppRunner | None = None
+
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[_fastapi_errors])
+        app.on_response_prepare.append(_uvicorn_header)
+        for path in ("/ping", "/health", "/health_generate"):
+            app.router.add_route("GET", path, self._ok)
+        if self.enable_metrics:
+            app.router.add_route("*", r"/metrics{tail:.*}", self._metrics)
+        return app
+
+    async def _ok(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"", headers={"Content-Type": loads.PROMETHEUS_TYPE})
+
+    async def start(self, sock: socket.socket) -> None:
+        """Listen on the socket bound at start-up (connections were refused until now)."""
+        self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
+                                     shutdown_timeout=0.25)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

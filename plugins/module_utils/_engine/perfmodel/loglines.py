@@ -39,6 +39,16 @@ class LogInputs:
     available_end: float
 
 
+DIST_BEGIN = "Init torch distributed begin."
+DIST_END_PREFIX = "Init torch distributed ends."
+
+
+def dist_end_line(elapsed: float) -> str:
+    """bootstrap.py ``init_torch_distributed``'s closing line; ``elapsed`` includes the wait for
+    the other nodes of a multi-node group."""
+    return f"{DIST_END_PREFIX} elapsed={elapsed:.2f} s, mem usage=0.09 GB"
+
+
 def _fmt_gb(value_bytes: float) -> str:
     return f"{value_bytes / GIB:.2f}"
 
@@ -47,8 +57,7 @@ def _load_lines(s: LogInputs, t: float) -> tuple[Lines, float]:
     """torch distributed, then the target's (and the draft's) weights."""
     b, times = s.budget, s.times
     arch_type = s.shape.architecture.replace("ForConditionalGeneration", "ForCausalLM")
-    lines: Lines = [(t, "Init torch distributed begin."),
-                    (t, "Init torch distributed ends. elapsed=0.05 s, mem usage=0.09 GB")]
+    lines: Lines = [(t, DIST_BEGIN), (t, dist_end_line(0.05))]
     t += 1.0
     lines.append((t, f"Load weight begin. avail mem={b.avail_start:.2f} GB"))
     t += times.weights_load

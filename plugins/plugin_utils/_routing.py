@@ -1,0 +1,61 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Which worker URLs a router registers (controller side: the routers' play of deploy.yml, through
+the filter ``router_worker_urls``). Pure functions over the server hosts' deployment manifests;
+the URL form is module_utils/_router.py's (``normalize_url``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils._router import RouterError, normalize_url
+
+
+def node_rank(instance: dict[str, Any]) -> int:
+    """An instance's node rank: its ``node_rank`` field (the manifest's, with ``rank0``), else
+    ``--node-rank`` in its argv, else 0.
+    Only rank 0 of a multi-node server serves the API; ranks above 0 answer 200 to every
+    health probe whatever their state, so a router must never get them."""
+    if instance.get("node_rank") is not None:
+        return int(instance["node_rank"])
+    argv = [str(a) for a in instance.get("argv") or []]
+    for i, word in enumerate(argv):
+        if word == "--node-rank" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if word.startswith("--node-rank="):
+            return int(word.split("=", 1)[1])
+    return 0
+
+
+NOT_READ = object()
+
+
+def worker_urls(deployments: dict[str, Any], router_host: str) -> list[str]:
+    """The worker URLs a router on inventory host ``router_host`` registers: every rank-0
+    instance of every server host's deployment (host -> manifest, None for a host with no
+    deployment, ``NOT_READ`` for one whose deployment was not read). An instance on the
+    router's own host is reached at its ``connect_url`` (loopback for a wildcard or loopback
+    bind), one on another host at its ``advertise_url``. Raises RouterError naming every host
+    and instance that cannot be registered, so that a partial list never replaces a router's
+    workers."""
+    urls: list[str] = []
+    problems: list[str] = []
+    for host, manifest in deployments.items():
+        if manifest is NOT_READ:
+            problems.append(f"the deployment of {host} was not read (the host was left out of the play, "
+                            "by --limit or because it failed)")
+            continue
+        for inst in (manifest or {}).get("instances") or []:
+            if inst.get("rank0") is False or node_rank(inst) > 0:
+                continue
+            same = host == router_host
+            url = inst.get("connect_url") if same else inst.get("advertise_url")
+            if not url:
+                problems.append(f"instance {inst.get('name')} of {host} has no {'connect_url' if same else 'advertise_url'}"
+                                + ("" if same else f": it listens on loopback only, which the router on {router_host} "
+                                   "cannot reach; bind the servers to an address other hosts reach "
+                                   "(sglang_host_address)"))
+                continue
+            urls.append(normalize_url(url))
+    if problems:
+        raise RouterError(f"cannot list the workers of the router on {router_host}: " + "; ".join(problems))
+    return list(dict.fromkeys(urls))

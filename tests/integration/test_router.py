@@ -1,0 +1,229 @@
+"""deploy.yml / status.yml / stop.yml with a REAL SGLang router (sglang-router 0.3.2 from the
+checkout's .venv-router, `make router`) in front of the two embedded-engine instances of
+localhost, which is in both sglang_servers and sglang_routers."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import ROOT, Deployment, cleanup, free_port_block, group_members, make_inventory
+
+pytestmark = pytest.mark.integration
+
+ROUTER_PY = ROOT / ".venv-router" / "bin" / "python"
+
+
+def router_inventory(tmp_path: Path, **overrides: Any) -> Deployment:
+    """make_inventory's localhost, also in sglang_routers, with a router on free ports."""
+    if not ROUTER_PY.exists():
+        pytest.fail(f"no sglang-router installation at {ROUTER_PY}: run `make router`")
+    port = free_port_block(2)
+    dep = make_inventory(tmp_path, sglang_router_install=False, sglang_router_python=str(ROUTER_PY),
+                         sglang_router_base_dir=str(tmp_path / "router"), sglang_router_user="",
+                         sglang_router_create_user=False, sglang_router_service_manager="process",
+                         sglang_router_port=port, sglang_router_prometheus_port=port + 1,
+                         sglang_router_workers_timeout=60, **overrides)
+    inv = yaml.safe_load(dep.inventory.read_text())
+    inv["all"]["children"]["sglang_routers"] = {"hosts": {"localhost": None}}
+    dep.inventory.write_text(yaml.safe_dump(inv))
+    return dep
+
+
+def router_url(dep: Deployment) -> str:
+    return f"http://127.0.0.1:{dep.extra['sglang_router_port']}"
+
+
+def router_pid(dep: Deployment) -> int | None:
+    try:
+        return int((Path(dep.extra["sglang_router_base_dir"]) / "router" / "router.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def http(url: str, body: Any = None, key: str | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data else "GET")
+    if data:
+        req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, None
+    except OSError:  # refused: nothing listens
+        return 0, None
+    try:
+        return resp.status, json.loads(raw or b"null")
+    except ValueError:  # /health answers OK
+        return resp.status, raw.decode()
+
+
+def workers(dep: Deployment, key: str | None = None) -> list[dict[str, Any]]:
+    status, data = http(router_url(dep) + "/workers", key=key)
+    assert status == 200, status
+    return sorted(data["workers"], key=lambda w: w["url"])
+
+
+def stop_all(dep: Deployment) -> None:
+    """stop.yml (servers, then the router); then SIGKILL whatever of the router is left."""
+    pid = router_pid(dep)
+    cleanup(dep)
+    if pid is not None:
+        for member in group_members(pid):
+            try:
+                os.kill(member, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def routed(tmp_path: Path) -> Iterator[Deployment]:
+    dep = router_inventory(tmp_path)
+    yield dep
+    stop_all(dep)
+
+
+def test_router_in_front_of_the_instances_idempotent_restarted_on_change_then_stopped(routed: Deployment) -> None:
+    first = routed.play("deploy.yml")
+    assert first.rc == 0, first.out[-4000:]
+    manifest = routed.manifest()
+    expected = sorted(i["connect_url"] for i in manifest["instances"])
+    assert len(expected) == 2
+    listed = workers(routed)
+    assert [w["url"] for w in listed] == expected and all(w["is_healthy"] for w in listed), listed
+    assert http(router_url(routed) + "/readiness")[0] == 200
+    status, answer = http(router_url(routed) + "/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 4})
+    assert status == 200 and answer["usage"]["completion_tokens"] == 4
+    pid = router_pid(routed)
+    assert pid is not None and alive(pid)
+    script = (Path(routed.extra["sglang_router_base_dir"]) / "router" / "launch.sh").read_text()
+    args = script.split("args=(\n", 1)[1].split("\n)\n", 1)[0].split()
+    assert "--disable-circuit-breaker" in args and args[args.index("--health-check-interval-secs") + 1] == "3"
+    assert "--worker-urls" not in args and "--api-key" not in args
+
+    again = routed.play("deploy.yml")
+    assert again.rc == 0, again.out[-4000:]
+    assert again.changed == 0, again.out[-4000:]
+    assert router_pid(routed) == pid and alive(pid)
+    assert [(w["url"], w["id"]) for w in workers(routed)] == [(w["url"], w["id"]) for w in listed]
+
+    status_run = routed.play("status.yml")
+    assert status_run.rc == 0 and status_run.changed == 0, status_run.out[-4000:]
+    assert f"{router_url(routed)}: running (process, pid {pid}), health 200, readiness" in status_run.out
+    assert all(url in status_run.out for url in expected)
+
+    # its own configuration changed: restarted (handler), and the workers it had are added again
+    changed = routed.play("deploy.yml", sglang_router_policy="round_robin")
+    assert changed.rc == 0, changed.out[-4000:]
+    assert changed.changed == 3, changed.out[-4000:]  # the script, the restart, the workers added again
+    assert not alive(pid)
+    pid = router_pid(routed)
+    assert pid is not None and alive(pid)
+    after = workers(routed)
+    assert [w["url"] for w in after] == expected and all(w["is_healthy"] for w in after)
+
+    server_pids = routed.pids()
+    stopped = routed.play("stop.yml")
+    assert stopped.rc == 0, stopped.out[-4000:]
+    assert not alive(pid) and not any(alive(p) for p in server_pids.values())
+    assert router_pid(routed) is None
+    assert http(router_url(routed) + "/health")[0] == 0
+
+
+def test_api_key_through_the_router_and_check_mode_first(tmp_path: Path) -> None:
+    dep = router_inventory(tmp_path, sglang_api_key="s3cret-key")
+    try:
+        check = dep.play("deploy.yml", "--check")
+        assert check.rc == 0, check.out[-4000:]
+        assert router_pid(dep) is None and not (tmp_path / "router" / "router").exists()
+
+        run = dep.play("deploy.yml")
+        assert run.rc == 0, run.out[-4000:]
+        assert "s3cret-key" not in run.out
+        request = {"model": "m", "prompt": "hi", "max_tokens": 2}
+        url = router_url(dep)
+        assert http(url + "/v1/completions", request)[0] == 401
+        assert http(url + "/v1/completions", request, key="wrong")[0] == 401
+        status, answer = http(url + "/v1/completions", request, key="s3cret-key")
+        assert status == 200 and answer["usage"]["completion_tokens"] == 2
+        assert http(url + "/workers")[0] == 401
+        listed = workers(dep, key="s3cret-key")
+        assert len(listed) == 2 and all(w["is_healthy"] for w in listed)
+        for public in ("/health", "/readiness"):
+            assert http(url + public)[0] == 200, public
+        # the key is in the 0600 env file only: not in the script, the command line or the log
+        folder = tmp_path / "router" / "router"
+        assert oct(os.stat(folder / "env").st_mode & 0o777) == "0o600"
+        assert "s3cret-key" in (folder / "env").read_text()
+        assert "s3cret-key" not in (folder / "launch.sh").read_text()
+        pid = router_pid(dep)
+        assert pid is not None
+        assert b"s3cret-key" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert "s3cret-key" not in (folder / "router.log").read_text(errors="replace")
+
+        again = dep.play("deploy.yml")
+        assert again.rc == 0 and again.changed == 0, again.out[-4000:]
+        stopped = dep.play("stop.yml")
+        assert stopped.rc == 0, stopped.out[-4000:]
+        deadline = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(pid)
+    finally:
+        stop_all(dep)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_router_unit_verifies(tmp_path: Path) -> None:
+    base = tmp_path / "opt-sglang-router"
+    (base / "router").mkdir(parents=True)
+    launch = base / "router" / "launch.sh"
+    launch.write_text("#!/bin/sh\nexec sleep 1\n")
+    launch.chmod(0o755)
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Render the unit", "hosts": "localhost", "gather_facts": False,
+        "vars": {"sglang_router_base_dir": str(base), "sglang_router_user": "root", "sglang_router_group": "root",
+                 "__sglang_router": f"{{{{ '{base}' | llmops.sglang.router_layout('0.0.0.0', 8000) }}}}",
+                 "__sglang_router_stop_timeout": 45},
+        "tasks": [{"name": "Template", "ansible.builtin.template": {
+            "src": str(ROOT / "roles" / "router" / "templates" / "sglang-router.service.j2"),
+            "dest": str(tmp_path / "sglang-router.service"), "mode": "0644"}}],
+    }]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                          "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    unit = (tmp_path / "sglang-router.service").read_text()
+    assert unit.startswith("#") and "Ansible managed" in unit
+    for line in ("KillMode=control-group", "Restart=on-failure", "TimeoutStopSec=45", f"ExecStart={launch}",
+                 f"StandardOutput=append:{base}/router/router.log"):
+        assert line in unit
+    verify = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "sglang-router.service")],
+                            capture_output=True, text=True, check=False, timeout=60)
+    problems = [ln for ln in (verify.stdout + verify.stderr).splitlines()
+                if "sglang-router" in ln and "network-online.target" not in ln]
+    assert verify.returncode == 0 and not problems, verify.stdout + verify.stderr
