@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
 from ansible_collections.llmops.sglang.plugins.module_utils._deploy import ready_timeout
+from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import rollout_batches
 
 
 def _instance_paths(base_dir: str, name: str) -> dict[str, str]:
@@ -123,6 +124,19 @@ def _host_addresses(hosts: list[str], hostvars: Any) -> list[str]:
     return out
 
 
+def _rollout_batches(plan: dict[str, Any], restart: list[str], running: list[str], *, policy: str = "parallel",
+                     routed: bool = False, at_once: int = 1) -> dict[str, Any]:
+    """The batches a host's instances are started and replaced in (plugin_utils/_rollout.py)."""
+    batches, warnings = rollout_batches(plan, restart or [], running or [], policy=str(policy),
+                                        routed=bool(routed), at_once=int(at_once))
+    return {"batches": batches, "warnings": warnings}
+
+
+def _endpoint(instance: dict[str, Any]) -> dict[str, Any]:
+    """An instance -> {name, url} (its connect_url), for wait_idle."""
+    return {"name": instance["name"], "url": instance["connect_url"]}
+
+
 def _status_line(status: dict[str, Any]) -> str:
     """One line per instance for people: up/down, version, limits, accept length."""
     state = "up" if status.get("up") else "DOWN"
@@ -158,6 +172,8 @@ class FilterModule:
             "service_records": _service_records,
             "preflight_spec": _preflight_spec,
             "host_addresses": _host_addresses,
+            "rollout_batches": _rollout_batches,
+            "endpoint": _endpoint,
             "status_line": _status_line,
             "reclaim_pinned": _reclaim_pinned,
         }

@@ -38,6 +38,15 @@ def _router_worker_urls(servers: list[str], hostvars: Mapping[str, Any], router:
         raise AnsibleFilterError(str(err)) from err
 
 
+def _router_workers_of(instances: list[dict[str, Any]], server_host: str, router: str) -> list[str]:
+    """Instances of server host ``server_host`` -> the worker URLs the router on ``router``
+    knows them by (the rollout's per-batch registration; same rules as router_worker_urls)."""
+    try:
+        return _routing.worker_urls({str(server_host): {"instances": list(instances or [])}}, str(router))
+    except (RouterError, TypeError, ValueError) as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
 class FilterModule:
     """Router filters."""
 
@@ -45,4 +54,5 @@ class FilterModule:
         return {
             "router_layout": _router_layout,
             "router_worker_urls": _router_worker_urls,
+            "router_workers_of": _router_workers_of,
         }
