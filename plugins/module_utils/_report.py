@@ -181,8 +181,10 @@ def failed_levels(items: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _drift_flagged(point: dict[str, Any]) -> bool:
+    """The sweep flagged the level's throughput as drifting. A level with failed requests is not
+    marked: its failures explain the drift, and it is already left out of peak and knee."""
     drift = point.get("drift")
-    return isinstance(drift, dict) and drift.get("flagged") is True
+    return isinstance(drift, dict) and drift.get("flagged") is True and not _failed(point)
 
 
 def _err_total(point: dict[str, Any]) -> float | None:

@@ -507,3 +507,14 @@ def test_levels_with_failed_requests_are_marked_everywhere(results: list[dict[st
     sweep["peak"] = sweep["knee"] = None
     assert _report.peak_of(sweep) is None
     assert "Peak: none (no level ran without failed requests)" in _report.render_findings(sweep)
+
+
+def test_a_failed_level_that_drifted_is_marked_failed_not_drifting(results: list[dict[str, Any]]) -> None:
+    """An engine killed mid-level drifts as a matter of course: the level reads ``C!``, and the
+    drift note leaves it out (found in CI: ``| 1!~ |`` where ``| 1! |`` was due)."""
+    sweep = scaled_sweep(results)
+    point = next(p for p in sweep["points"] if p["concurrency"] == 48)
+    point.update(status="errors", errors={"total": 3, "connection": 3})
+    md, _ = _report.render_markdown([{"meta": results[1]["meta"], "sweep": sweep}])
+    assert "| 48! |" in md and "| 48!~ |" not in md
+    assert "C=48 (x0.75)" not in md
