@@ -1,0 +1,563 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The auto-tuner's search (controller side): host classes, candidates from a search space,
+the pruning bound, SLO scoring, the winner and why each other candidate lost.
+
+playbooks/tune.yml (role ``tune``) only moves data: it deploys and sweeps what ``decide`` says,
+one candidate after another on a class's representative host, and hands every result back here.
+Kept free of Ansible so that the search is unit-tested as plain Python (tests/unit/test_tune.py).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import clean, find_knee, find_peak
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import load_profiles
+
+CLASS_PREFIX = "sglang_tune_class_"
+SPACE_KEYS = ("profiles", "max_running_requests", "hicache_size_gb", "speculative")
+SPEC_KEYS = ("steps", "draft_tokens")
+SPEC_FLAGS = {"steps": "--speculative-num-steps", "draft_tokens": "--speculative-num-draft-tokens"}
+
+
+class TuneError(ValueError):
+    """Bad tuning input: the message names the value, the rule and the fix."""
+
+
+# ---- host classes ----
+
+def gpu_class_key(host_facts: Mapping[str, Any]) -> str:
+    """Hosts with equal GPU model, count and memory form one class (they tune the same way).
+    The key is also a valid group name: ``<model>_x<count>_<MiB>mib``, lower case."""
+    gpus = list(host_facts.get("gpus") or [])
+    if not gpus:
+        return "nogpu"
+    names = sorted({str(g.get("name") or "unknown") for g in gpus})
+    mib = sorted({int(g.get("memory_total_mib") or g.get("memory_mib") or 0) for g in gpus})
+    raw = f"{'+'.join(names)}_x{len(gpus)}_{'+'.join(map(str, mib))}mib"
+    return re.sub(r"[^a-z0-9_]+", "_", raw.lower()).strip("_")
+
+
+def vars_targets(class_hosts: Sequence[str], groups: Mapping[str, Sequence[str]], class_group: str = "") -> list[str]:
+    """Where a class's tuned vars go, relative to the inventory folder. A class that is an
+    inventory group (given, or the smallest group whose hosts are exactly the class) gets
+    ``group_vars/<group>/tuned.yml``; otherwise each host gets ``host_vars/<host>/tuned.yml``.
+    Both are read by Ansible's host_group_vars plugin, so deploy.yml picks them up."""
+    if class_group:
+        return [f"group_vars/{class_group}/tuned.yml"]
+    want = set(class_hosts)
+    exact = [g for g, members in groups.items()
+             if g not in ("all", "ungrouped") and not g.startswith(CLASS_PREFIX) and set(members) == want]
+    if exact:
+        return [f"group_vars/{sorted(exact)[0]}/tuned.yml"]
+    return [f"host_vars/{h}/tuned.yml" for h in sorted(class_hosts)]
+
+
+def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, Sequence[str]],
+            class_groups: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+    """{class: {hosts, representative, group, vars_files}}. With ``class_groups`` each of those
+    inventory groups is a class (a host in none of them, or in two, is an error); without, hosts
+    with equal GPU facts (``facts``: each host's sglang_host fact) form one. The representative
+    is the class's first host in inventory order."""
+    out: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        if class_groups:
+            mine = [g for g in class_groups if host in (groups.get(g) or [])]
+            if len(mine) != 1:
+                raise TuneError(f"sglang_tune_class_groups: host {host} is in {len(mine)} of the groups "
+                                f"{', '.join(class_groups)} ({', '.join(mine) or 'none'}); each host must be in exactly "
+                                f"one (or set sglang_tune_class_groups: [] to class hosts by their GPUs)")
+            name, group = mine[0], mine[0]
+        else:
+            name, group = gpu_class_key(facts.get(host) or {}), ""
+        entry = out.setdefault(name, {"hosts": [], "group": group})
+        entry["hosts"].append(host)
+    for entry in out.values():
+        entry["representative"] = entry["hosts"][0]
+        entry["vars_files"] = vars_targets(entry["hosts"], groups, entry["group"])
+    return out
+
+
+# ---- candidates ----
+
+def _int_list(space: Mapping[str, Any], key: str) -> list[int]:
+    values = space.get(key, [0])
+    values = values if isinstance(values, list) else [values]
+    out = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise TuneError(f"sglang_tune_space.{key}: {value!r} is not a whole number >= 0 "
+                            f"(0 = the profile's); use e.g. {key}: [0, 16]")
+        out.append(value)
+    return list(dict.fromkeys(out)) or [0]
+
+
+def _spec_list(space: Mapping[str, Any]) -> list[dict[str, int]]:
+    values = space.get("speculative", [{}])
+    values = values if isinstance(values, list) else [values]
+    out: list[dict[str, int]] = []
+    for value in values:
+        if not isinstance(value, Mapping) or set(value) - set(SPEC_KEYS) or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value.values()):
+            raise TuneError(f"sglang_tune_space.speculative: {value!r} must be {{}} (the profile's) or "
+                            f"{{steps: N, draft_tokens: M}} with whole numbers >= 1, e.g. {{steps: 2, draft_tokens: 3}}")
+        if dict(value) not in out:
+            out.append(dict(value))
+    return out or [{}]
+
+
+def _label(profile: str, mrr: int, size: int, spec: Mapping[str, int]) -> str:
+    parts = [profile]
+    if mrr:
+        parts.append(f"mrr={mrr}")
+    if size:
+        parts.append(f"hicache={size}GB")
+    if spec:
+        parts.append(f"spec={spec.get('steps', '-')}/{spec.get('draft_tokens', '-')}")
+    return " ".join(parts)
+
+
+def candidates(space: Mapping[str, Any], user_profiles: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every candidate of the space, in its order (profiles outermost). The HiCache size varies
+    only for profiles with HiCache, the speculative numbers only for speculative ones: other
+    combinations would deploy the same server twice."""
+    if not isinstance(space, Mapping):
+        raise TuneError(f"sglang_tune_space must be a dict with keys {', '.join(SPACE_KEYS)}, not {space!r}")
+    unknown = sorted(set(space) - set(SPACE_KEYS))
+    if unknown:
+        raise TuneError(f"sglang_tune_space: unknown key(s) {', '.join(unknown)}; known: {', '.join(SPACE_KEYS)}")
+    names = space.get("profiles") or []
+    names = [names] if isinstance(names, str) else list(names)
+    try:
+        profiles = load_profiles(dict(user_profiles or {}))
+    except PlanError as exc:
+        raise TuneError(f"sglang_profiles: {exc}") from exc
+    bad = [n for n in names if n not in profiles]
+    if not names or bad:
+        raise TuneError(f"sglang_tune_space.profiles: {bad or names!r} must name profiles (valid: "
+                        f"{', '.join(sorted(profiles))})")
+    mrrs, sizes, specs = _int_list(space, "max_running_requests"), _int_list(space, "hicache_size_gb"), _spec_list(space)
+    out: list[dict[str, Any]] = []
+    for name in dict.fromkeys(names):
+        prof = profiles[name]
+        has_hicache = bool((prof.get("hicache") or {}).get("enabled"))
+        for mrr, size, spec in itertools.product(mrrs, sizes if has_hicache else [0],
+                                                 specs if prof.get("speculative") else [{}]):
+            out.append({"index": len(out), "label": _label(name, mrr, size, spec), "profile": name,
+                        "max_running_requests": mrr, "hicache_size_gb": size, "speculative": dict(spec)})
+    return out
+
+
+def candidate_vars(candidate: Mapping[str, Any], extra_args: Any = None) -> dict[str, Any]:
+    """The server role's variables that deploy ``candidate`` (and, written back, the winner).
+    Speculative steps and draft tokens go through sglang_extra_args over the profile's flags,
+    the user's own extra_args kept."""
+    args: Any = dict(extra_args) if isinstance(extra_args, Mapping) else list(extra_args or [])
+    for key, value in (candidate.get("speculative") or {}).items():
+        if isinstance(args, dict):
+            args[SPEC_FLAGS[key]] = value
+        else:
+            args += [SPEC_FLAGS[key], str(value)]
+    return {"sglang_profile": candidate["profile"],
+            "sglang_max_running_requests": int(candidate.get("max_running_requests") or 0),
+            "sglang_hicache_size_gb": int(candidate.get("hicache_size_gb") or 0),
+            "sglang_extra_args": args}
+
+
+# ---- the service-level objective ----
+
+def slo(ttft_p99_ms: Any = 0, itl_p50_ms: Any = 0, concurrency: Any = 0) -> dict[str, Any]:
+    """The SLO from the role's variables; 0 (or empty) turns a part off. No limit at all:
+    peak throughput wins."""
+    out: dict[str, Any] = {}
+    for key, value, var in (("ttft_p99_ms", ttft_p99_ms, "sglang_tune_slo_ttft_p99_ms"),
+                            ("itl_p50_ms", itl_p50_ms, "sglang_tune_slo_itl_p50_ms"),
+                            ("concurrency", concurrency, "sglang_tune_concurrency")):
+        try:
+            number = float(value or 0)
+        except (TypeError, ValueError):
+            number = -1.0
+        if number < 0 or isinstance(value, bool) or (key == "concurrency" and number != int(number)):
+            raise TuneError(f"{var}: {value!r} is not a {'whole ' if key == 'concurrency' else ''}number >= 0 "
+                            f"(0 = no limit{'' if key != 'concurrency' else ': the best level'}); e.g. {var}=500")
+        out[key] = (int(number) if key == "concurrency" else number) or None
+    out["active"] = bool(out["ttft_p99_ms"] or out["itl_p50_ms"])
+    return out
+
+
+def latency(point: Mapping[str, Any], key: str, stat: str) -> tuple[float | None, str]:
+    """A level's latency statistic (ms): the client's when measurable, else the upper bound of
+    the bucket the server's own percentile lies in (conservative), else None."""
+    unmeasurable = (point.get("latency_unmeasurable") or {}).get(key) or []
+    value = (point.get(key) or {}).get(stat)
+    if value is not None and stat not in unmeasurable:
+        return float(value), "client"
+    rng = ((point.get("server") or {}).get(f"{key}_range") or {}).get(stat)
+    if rng and len(rng) == 2:
+        return (float(rng[1]) if rng[1] is not None else float("inf")), "server bucket"
+    return None, "not measured"
+
+
+def level_meets(point: Mapping[str, Any], objective: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether one level meets the SLO, and the figure that decided."""
+    for key, stat, limit in (("ttft_ms", "p99", objective.get("ttft_p99_ms")),
+                             ("itl_ms", "p50", objective.get("itl_p50_ms"))):
+        if not limit:
+            continue
+        value, source = latency(point, key, stat)
+        name = f"{key.split('_')[0].upper()} {stat}"
+        if value is None:
+            return False, f"C={point['concurrency']} {name} not measured"
+        if value > limit:
+            return False, f"C={point['concurrency']} {name} {value:g} ms ({source}) > {limit:g} ms"
+    return True, ""
+
+
+def usable(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Levels that speak for the server: every request ok, throughput measured, client not the limit."""
+    return sorted((dict(p) for p in points if clean(dict(p)) and (p.get("output_tok_s") or 0) > 0
+                   and not p.get("client_limited")), key=lambda p: p["concurrency"])
+
+
+def score(points: Sequence[Mapping[str, Any]], objective: Mapping[str, Any]) -> dict[str, Any]:
+    """A candidate's figure of merit: its peak tok/s without SLO; with one, the best tok/s of a
+    level that meets it (only at the SLO's concurrency when that is set)."""
+    levels = usable(points)
+    if objective.get("concurrency"):
+        levels = [p for p in levels if p["concurrency"] == objective["concurrency"]]
+    if not levels:
+        return {"tok_s": None, "concurrency": None, "reason": "no level ran cleanly"
+                + (f" at C={objective['concurrency']}" if objective.get("concurrency") else "")}
+    if not objective.get("active"):
+        best = max(levels, key=lambda p: (p["output_tok_s"], -p["concurrency"]))
+        return {"tok_s": best["output_tok_s"], "concurrency": best["concurrency"], "reason": ""}
+    verdicts = [(p, *level_meets(p, objective)) for p in levels]
+    good = [p for p, ok, _ in verdicts if ok]
+    if not good:
+        return {"tok_s": None, "concurrency": None,
+                "reason": "SLO violated at every level: " + "; ".join(why for _, _, why in verdicts)}
+    best = max(good, key=lambda p: (p["output_tok_s"], -p["concurrency"]))
+    return {"tok_s": best["output_tok_s"], "concurrency": best["concurrency"], "reason": ""}
+
+
+# ---- pruning ----
+
+def bound(probe: Mapping[str, Any], levels: Sequence[int], objective: Mapping[str, Any]) -> dict[str, Any]:
+    """The most a candidate could reach: the per-request rate of its lowest level times the
+    requests it can run at once, min(the server's effective max_running_requests, the highest
+    level to sweep). A decode step never gets faster with a bigger batch, so no request runs
+    faster than alone and no more than that many run: tok/s(C) <= tok/s(1) x min(C, running)."""
+    points = usable(probe.get("points") or [])
+    if not points:
+        return {"tok_s": None, "per_request": None, "running": None, "reason": "the lowest level did not run cleanly"}
+    low = points[0]
+    running = (probe.get("server") or {}).get("max_running_requests")
+    top = objective.get("concurrency") or max(levels)
+    cap = min(int(running), top) if isinstance(running, int) and running > 0 else top
+    per_request = float(low["output_tok_s"]) / max(1, min(int(low["concurrency"]), cap))
+    return {"tok_s": round(per_request * cap, 1), "per_request": round(per_request, 2), "running": running,
+            "cap": cap, "reason": f"{per_request:.1f} tok/s per request (C={low['concurrency']}) x {cap} "
+                                  f"(min(running {running if running else '?'}, C<={top}))"}
+
+
+def decide(probe: Mapping[str, Any], levels: Sequence[int], objective: Mapping[str, Any],
+           best: Mapping[str, Any] | None) -> dict[str, Any]:
+    """After a candidate's lowest level: sweep the rest, or prune it (with the reason)."""
+    b = bound(probe, levels, objective)
+    points = usable(probe.get("points") or [])
+    if b["tok_s"] is None:
+        return {"action": "prune", "bound": b, "reason": f"pruned: {b['reason']}"}
+    if objective.get("active"):
+        ok, why = level_meets(points[0], objective)
+        if not ok:
+            return {"action": "prune", "bound": b,
+                    "reason": f"pruned: SLO violated already at its lowest level ({why}); latency only grows with C"}
+    if best and best.get("tok_s") is not None and b["tok_s"] <= float(best["tok_s"]):
+        return {"action": "prune", "bound": b,
+                "reason": f"pruned by bound: at most {b['tok_s']:g} tok/s ({b['reason']}) <= best so far "
+                          f"{best['tok_s']:g} tok/s ({best['label']})"}
+    return {"action": "sweep", "bound": b, "reason": ""}
+
+
+def rest_levels(levels: Sequence[int], objective: Mapping[str, Any]) -> list[int]:
+    """The levels after the probe (the lowest one); with an SLO concurrency, only that one."""
+    ordered = sorted(set(int(c) for c in levels))
+    if objective.get("concurrency"):
+        return [c for c in (objective["concurrency"],) if c != ordered[0]]
+    return ordered[1:]
+
+
+def merge_sweeps(probe: Mapping[str, Any], rest: Mapping[str, Any] | None, plateau_gain: float) -> dict[str, Any]:
+    """One sglang_sweep from the probe's level and the rest's (two calls of the sweep module
+    on the same server), peak and knee recomputed over all levels."""
+    merged = dict(rest or probe)
+    points = sorted([*(probe.get("points") or []), *((rest or {}).get("points") or [])], key=lambda p: p["concurrency"])
+    merged.update(points=points, peak=find_peak(points), knee=find_knee(points, plateau_gain),
+                  started=probe.get("started"), records=[*(probe.get("records") or []), *((rest or {}).get("records") or [])],
+                  warnings=[*(probe.get("warnings") or []), *((rest or {}).get("warnings") or [])],
+                  levels_with_errors=[p["concurrency"] for p in points if not clean(p)],
+                  stopped_on_plateau=bool((rest or {}).get("stopped_on_plateau")))
+    return merged
+
+
+def best_so_far(results: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The best scored candidate so far ({tok_s, label}), None before the first."""
+    scored = [r for r in results if (r.get("score") or {}).get("tok_s") is not None]
+    if not scored:
+        return None
+    top = max(scored, key=lambda r: (r["score"]["tok_s"], -r["candidate"]["index"]))
+    return {"tok_s": top["score"]["tok_s"], "label": top["candidate"]["label"]}
+
+
+def result(candidate: Mapping[str, Any], objective: Mapping[str, Any], plateau_gain: float,
+           probe: Mapping[str, Any] | None = None, rest: Mapping[str, Any] | None = None,
+           decision: Mapping[str, Any] | None = None, error: str = "") -> dict[str, Any]:
+    """One candidate's record: status (swept, pruned, failed), its sweep and score."""
+    if error or not probe:
+        return {"candidate": dict(candidate), "status": "failed", "reason": f"failed: {error or 'no sweep'}",
+                "sweep": None, "score": {"tok_s": None}, "bound": None}
+    sweep = merge_sweeps(probe, rest, plateau_gain)
+    pruned = (decision or {}).get("action") == "prune"
+    sc = {"tok_s": None, "concurrency": None, "reason": ""} if pruned else score(sweep["points"], objective)
+    return {"candidate": dict(candidate), "status": "pruned" if pruned else "swept",
+            "reason": (decision or {}).get("reason") or sc.get("reason") or "", "sweep": sweep, "score": sc,
+            "bound": (decision or {}).get("bound")}
+
+
+# ---- the winner, and why the others lost ----
+
+def server_context(sweep: Mapping[str, Any] | None, at: Any = None) -> str:
+    """What the server said about a candidate: running requests capped, accept length, and
+    (points from a sweep that reads them) the running/queued maxima and retractions."""
+    if not sweep:
+        return ""
+    server = sweep.get("server") or {}
+    parts = []
+    if server.get("max_running_requests"):
+        parts.append(f"running requests capped at {server['max_running_requests']}")
+    accept = server.get("avg_spec_accept_length_after")
+    if isinstance(accept, (int, float)) and accept > 1:
+        parts.append(f"accept length {accept:.2f}")
+    points = [p for p in sweep.get("points") or [] if at is None or p.get("concurrency") == at]
+    metrics = (points[-1].get("server_metrics") or {}) if points else {}
+    for key, text in (("running_max", "max running {:g}"), ("queued_max", "max queued {:g}"),
+                      ("retracted_max", "retracted {:g}")):
+        if isinstance(metrics.get(key), (int, float)) and (key != "retracted_max" or metrics[key] > 0):
+            parts.append(text.format(metrics[key]) + (f" at C={at}" if at is not None and key != "retracted_max" else ""))
+    return ", ".join(parts)
+
+
+def choose(results: Sequence[Mapping[str, Any]], objective: Mapping[str, Any]) -> dict[str, Any]:
+    """The winner (highest score; the earlier candidate on a tie) and, for every other
+    candidate, why it lost."""
+    scored = [r for r in results if (r.get("score") or {}).get("tok_s") is not None]
+    if not scored:
+        return {"winner": None, "why": {r["candidate"]["label"]: r.get("reason") or "no score" for r in results},
+                "message": "no candidate " + ("met the SLO" if objective.get("active") else "ran cleanly")}
+    win = max(scored, key=lambda r: (r["score"]["tok_s"], -r["candidate"]["index"]))
+    top = float(win["score"]["tok_s"])
+    what = "tok/s within the SLO" if objective.get("active") else "peak tok/s"
+    why: dict[str, str] = {}
+    for r in results:
+        label = r["candidate"]["label"]
+        if r is win:
+            continue
+        sc = r.get("score") or {}
+        if sc.get("tok_s") is None:
+            why[label] = r.get("reason") or "no score"
+            continue
+        ctx = server_context(r.get("sweep"), sc.get("concurrency"))
+        why[label] = (f"lower {what}: {sc['tok_s']:.1f} at C={sc['concurrency']} vs {top:.1f} "
+                      f"({(sc['tok_s'] / top - 1) * 100:+.1f}%)" + (f"; {ctx}" if ctx else ""))
+    return {"winner": dict(win), "why": why,
+            "message": f"{win['candidate']['label']}: {top:.1f} {what} at C={win['score']['concurrency']}"}
+
+
+def tuned_fact(choice: Mapping[str, Any], class_name: str, representative: str, run_id: str,
+               objective: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The fact ``sglang_tuned``: the winning candidate, its score and where it was measured."""
+    win = choice.get("winner")
+    if not win:
+        return None
+    peak = (win.get("sweep") or {}).get("peak") or {}
+    knee = (win.get("sweep") or {}).get("knee") or {}
+    return {"class": class_name, "representative": representative, "run_id": run_id,
+            "candidate": win["candidate"]["label"], "profile": win["candidate"]["profile"],
+            "max_running_requests": win["candidate"]["max_running_requests"],
+            "hicache_size_gb": win["candidate"]["hicache_size_gb"],
+            "speculative": win["candidate"]["speculative"],
+            "score_tok_s": win["score"]["tok_s"], "at_concurrency": win["score"]["concurrency"],
+            "peak": peak or None, "knee": knee or None,
+            "server_max_running_requests": ((win.get("sweep") or {}).get("server") or {}).get("max_running_requests"),
+            "slo": {k: objective.get(k) for k in ("ttft_p99_ms", "itl_p50_ms", "concurrency")}}
+
+
+# ---- write-back ----
+
+def vars_file(fact: Mapping[str, Any], candidate: Mapping[str, Any], extra_args: Any, hosts: Sequence[str],
+              generated: str, report: str) -> str:
+    """The generated vars file of a class: a header saying when and how, then the variables
+    deploy.yml reads. ``profile`` (not sglang_profile) so that ``-e profile=...`` still wins."""
+    import json
+
+    import yaml  # controller side: PyYAML comes with ansible-core
+
+    deploy = candidate_vars(candidate, extra_args)
+    body: dict[str, Any] = {"profile": deploy["sglang_profile"],
+                            "sglang_max_running_requests": deploy["sglang_max_running_requests"],
+                            "sglang_hicache_size_gb": deploy["sglang_hicache_size_gb"]}
+    if candidate.get("speculative"):
+        body["sglang_extra_args"] = deploy["sglang_extra_args"]
+    body["sglang_tuned"] = dict(fact)
+    header = [
+        f"# Generated by playbooks/tune.yml (llmops.sglang) at {generated}, run {fact.get('run_id')}.",
+        f"# Host class {fact.get('class')} (hosts: {', '.join(hosts)}), measured on {fact.get('representative')}.",
+        f"# Winner: {fact.get('candidate')} ({fact.get('score_tok_s')} tok/s at C={fact.get('at_concurrency')}).",
+        f"# Report: {report}",
+        "# Review and commit it; deploy.yml reads it (Ansible's group_vars/host_vars). Delete it to",
+        "# deploy the profile defaults again; a re-run of tune.yml overwrites it.",
+    ]
+    plain = json.loads(json.dumps(body))  # Ansible's tagged strings -> plain types PyYAML can write
+    return "\n".join(header) + "\n---\n" + yaml.safe_dump(plain, sort_keys=False, default_flow_style=False)
+
+
+# ---- the report ----
+
+def _f(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
+
+
+def _levels(sweep: Mapping[str, Any] | None) -> str:
+    return ", ".join(str(p["concurrency"]) for p in (sweep or {}).get("points") or []) or "-"
+
+
+def path_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The path the search took, one line per candidate in the order it was tried."""
+    lines = []
+    for n, r in enumerate(results, 1):
+        label, sweep, b = r["candidate"]["label"], r.get("sweep"), r.get("bound") or {}
+        if r["status"] == "failed":
+            lines.append(f"{n}. {label}: {r['reason']}")
+            continue
+        head = f"{n}. {label}: deployed; C={_levels(sweep).split(',')[0]}"
+        head += f" -> bound {_f(b.get('tok_s'))} tok/s ({b.get('reason', '')})" if b else ""
+        if r["status"] == "pruned":
+            lines.append(f"{head}; {r['reason']}")
+            continue
+        plateau = " (stopped on plateau)" if (sweep or {}).get("stopped_on_plateau") else ""
+        sc = r.get("score") or {}
+        got = f"{_f(sc.get('tok_s'))} tok/s at C={sc.get('concurrency')}" if sc.get("tok_s") is not None else r["reason"]
+        lines.append(f"{head}; swept C={_levels(sweep)}{plateau}: {got}")
+    return lines
+
+
+def _row(r: Mapping[str, Any], choice: Mapping[str, Any], top: float | None) -> str:
+    sweep = r.get("sweep") or {}
+    label = r["candidate"]["label"]
+    first = (sweep.get("points") or [{}])[0]
+    peak, knee, sc = sweep.get("peak") or {}, sweep.get("knee") or {}, r.get("score") or {}
+    win = choice.get("winner") is not None and choice["winner"]["candidate"]["label"] == label
+    rel = f"{(sc['tok_s'] / top - 1) * 100:+.1f}%" if sc.get("tok_s") is not None and top else "-"
+    cells = [str(r["candidate"]["index"] + 1), f"**{label}**" if win else label, r["status"],
+             _f((sweep.get("server") or {}).get("max_running_requests")), _f(first.get("output_tok_s")),
+             _f((r.get("bound") or {}).get("tok_s")),
+             f"{_f(peak.get('output_tok_s'))} @C={peak.get('concurrency')}" if peak else "-",
+             f"C={knee['concurrency']}" if knee else "-", _f(sc.get("tok_s")), rel,
+             "winner" if win else choice["why"].get(label, "")]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def render_markdown(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+    """tune.md: the setting, one comparison table of every candidate, the path, the winner."""
+    objective = info.get("slo") or {}
+    slo_text = ("none: peak throughput wins" if not objective.get("active") else
+                f"TTFT p99 <= {_f(objective.get('ttft_p99_ms'))} ms, ITL p50 <= {_f(objective.get('itl_p50_ms'))} ms "
+                f"at {('C=' + str(objective['concurrency'])) if objective.get('concurrency') else 'the best level'}")
+    top = (choice.get("winner") or {}).get("score", {}).get("tok_s")
+    lines = [f"# Tune: class {info.get('class')}", "",
+             f"Run {info.get('run_id')}; representative host {info.get('representative')} of "
+             f"{', '.join(info.get('hosts') or [])}; levels {', '.join(map(str, info.get('levels') or []))}; "
+             f"SLO: {slo_text}. Throughputs are output tok/s (modelled GPU time on the embedded engine).", "",
+             "| # | candidate | status | server max running | C=1 tok/s | bound tok/s | peak tok/s | knee | score tok/s "
+             "| vs winner | why |", "|" + " --- |" * 11]
+    lines += [_row(r, choice, top) for r in results]
+    lines += ["", "## Path", "", *path_lines(results), "", "## Result", "", f"Winner: {choice.get('message')}."]
+    if info.get("vars_files"):
+        lines.append("Written back to " + ", ".join(f"`{p}`" for p in info["vars_files"])
+                     + " (review and commit; deploy.yml reads it) and as the fact `sglang_tuned`.")
+    lines += ["", "Bound: a candidate's lowest level gives its per-request rate; times the requests it can run at "
+              "once (the server's effective max_running_requests, at most the highest level) it is the most the "
+              "candidate could reach. A candidate whose bound is not above the best score so far is not swept further."]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], class_name: str = "",
+               header: bool = True) -> str:
+    """tune.csv: one row per class x candidate x level (a pruned candidate: its probe level)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    if header:
+        out.writerow(["class", "index", "candidate", "profile", "max_running_requests", "hicache_size_gb", "spec_steps",
+                      "spec_draft_tokens", "status", "server_max_running", "concurrency", "output_tok_s",
+                      "ttft_p99_ms", "itl_p50_ms", "bound_tok_s", "score_tok_s", "winner", "why"])
+    win = ((choice.get("winner") or {}).get("candidate") or {}).get("label")
+    for r in results:
+        c, sweep = r["candidate"], r.get("sweep") or {}
+        spec = c.get("speculative") or {}
+        head = [class_name, c["index"] + 1, c["label"], c["profile"], c["max_running_requests"], c["hicache_size_gb"],
+                spec.get("steps", ""), spec.get("draft_tokens", ""), r["status"],
+                (sweep.get("server") or {}).get("max_running_requests", "")]
+        tail = [(r.get("bound") or {}).get("tok_s", ""), (r.get("score") or {}).get("tok_s", ""),
+                str(c["label"] == win).lower(), "" if c["label"] == win else choice["why"].get(c["label"], "")]
+        for p in sweep.get("points") or [{}]:
+            out.writerow([*head, p.get("concurrency", ""), p.get("output_tok_s", ""),
+                          latency(p, "ttft_ms", "p99")[0] if p else "", latency(p, "itl_ms", "p50")[0] if p else "",
+                          *tail])
+    return buf.getvalue()
+
+
+def outcome(results: Sequence[Mapping[str, Any]], objective: Mapping[str, Any], info: Mapping[str, Any],
+            extra_args: Any = None, generated: str = "") -> dict[str, Any]:
+    """Everything a class's search produced: the choice, the fact, the vars file's text, the
+    report's Markdown section and CSV rows, and the report items for sweep_report (plots)."""
+    choice = choose(results, objective)
+    fact = tuned_fact(choice, str(info.get("class")), str(info.get("representative")), str(info.get("run_id")), objective)
+    win = choice.get("winner")
+    text = (vars_file(fact, win["candidate"], extra_args, info.get("hosts") or [], generated, str(info.get("report") or ""))
+            if fact and win else None)
+    items = [{"meta": {"host": info.get("representative"), "instance": info.get("instance") or "tune",
+                       "profile": r["candidate"]["label"], "release": info.get("release"), "engine": info.get("engine")},
+              "sweep": r["sweep"]} for r in results if r.get("sweep")]
+    slim = [{k: v for k, v in r.items() if k != "sweep"} | {"sweep": _slim(r.get("sweep"))} for r in results]
+    return {"choice": {"message": choice["message"], "why": choice["why"],
+                       "winner": (win or {}).get("candidate")},
+            "fact": fact, "vars_text": text, "markdown": render_markdown(results, choice, dict(info, slo=objective)),
+            "csv": render_csv(results, choice, str(info.get("class")), header=False), "items": items, "results": slim}
+
+
+def _slim(sweep: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A sweep without its raw per-request records (they are in sweep_report's JSON files)."""
+    return None if sweep is None else {k: v for k, v in sweep.items() if k != "records"}
+
+
+def csv_header() -> str:
+    """The header row of tune.csv (rows come from ``outcome``, one class after another)."""
+    return render_csv([], {"why": {}})
+
+
+def report_files(outcomes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """tune.md, tune.json and tune.csv of a run: the classes' outcomes one after another."""
+    import json
+
+    body = {str((o.get("fact") or {}).get("class") or n): {k: v for k, v in o.items() if k != "items"}
+            for n, o in enumerate(outcomes)}
+    return {"tune.md": "\n".join(str(o.get("markdown") or "") for o in outcomes),
+            "tune.json": json.dumps(body, indent=2, sort_keys=True, default=str) + "\n",
+            "tune.csv": csv_header() + "".join(str(o.get("csv") or "") for o in outcomes)}

@@ -1,0 +1,218 @@
+"""The auto-tuner's search (plugin_utils/_tune.py): classes, candidates, bound, SLO, winner, report.
+
+Throughputs are the seed's measured ones (tests/fixtures/seed-benchmarks.md): MTP capped at 4
+running requests (234 tok/s at C=4), MTP + HiCache 61.2 ... 409.0 tok/s at C = 1 ... 48.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+import yaml
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune
+
+SEED_MTP_HICACHE = [(1, 61.2), (4, 207.2), (8, 369.7), (16, 384.5), (32, 392.7), (48, 409.0)]
+LEVELS = [1, 4, 8, 16, 32, 48]
+NO_SLO = _tune.slo()
+
+
+def _pt(c: int, tok_s: float, **extra) -> dict:
+    return {"concurrency": c, "output_tok_s": tok_s, "ok": max(2 * c, 8), "requests": max(2 * c, 8),
+            "status": "ok", "errors": {"total": 0}, "client_limited": False, **extra}
+
+
+def _sweep(points: list[dict], running: int | None) -> dict:
+    return {"points": points, "server": {"max_running_requests": running}, "records": [], "warnings": []}
+
+
+def _run(candidates: list[dict], curves: dict[str, tuple[list[tuple[int, float]], int]], objective=NO_SLO) -> list:
+    """The role's loop in Python: probe the lowest level, decide, sweep the rest, record."""
+    results: list[dict] = []
+    for cand in candidates:
+        curve, running = curves[cand["label"]]
+        probe = _sweep([_pt(*curve[0])], running)
+        decision = _tune.decide(probe, LEVELS, objective, _tune.best_so_far(results))
+        rest = None
+        if decision["action"] == "sweep":
+            wanted = _tune.rest_levels(LEVELS, objective)
+            rest = _sweep([_pt(c, x) for c, x in curve[1:] if c in wanted], running)
+        results.append(_tune.result(cand, objective, 0.05, probe, rest, decision))
+    return results
+
+
+# ---- classes ----
+
+def test_hosts_with_equal_gpus_form_one_class_and_its_group_gets_the_vars() -> None:
+    h200 = {"gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771}] * 2}
+    rtx = {"gpus": [{"name": "NVIDIA RTX PRO 6000", "memory_total_mib": 97887}]}
+    groups = {"all": ["a", "b", "c"], "sglang_servers": ["a", "b", "c"], "big": ["a", "b"]}
+    got = _tune.classes(["a", "b", "c"], {"a": h200, "b": h200, "c": rtx}, groups)
+    assert sorted(got) == ["nvidia_h200_x2_143771mib", "nvidia_rtx_pro_6000_x1_97887mib"]
+    big = got["nvidia_h200_x2_143771mib"]
+    assert big["hosts"] == ["a", "b"] and big["representative"] == "a"
+    assert big["vars_files"] == ["group_vars/big/tuned.yml"]
+    # no group holds exactly c: its own host_vars
+    assert got["nvidia_rtx_pro_6000_x1_97887mib"]["vars_files"] == ["host_vars/c/tuned.yml"]
+
+
+def test_class_groups_given_and_a_host_in_none_is_refused() -> None:
+    groups = {"g1": ["a"], "g2": ["b"]}
+    assert _tune.classes(["a", "b"], {}, groups, ["g1", "g2"])["g2"]["vars_files"] == ["group_vars/g2/tuned.yml"]
+    with pytest.raises(_tune.TuneError, match="host c is in 0 of the groups g1, g2"):
+        _tune.classes(["a", "c"], {}, groups, ["g1", "g2"])
+
+
+# ---- candidates ----
+
+def test_candidates_vary_hicache_and_spec_only_where_the_profile_has_them() -> None:
+    space = {"profiles": ["mtp_hicache", "baseline"], "max_running_requests": [0, 32],
+             "hicache_size_gb": [0, 64], "speculative": [{}, {"steps": 2, "draft_tokens": 3}]}
+    labels = [c["label"] for c in _tune.candidates(space)]
+    assert len(labels) == 2 * 2 * 2 + 2
+    assert labels[:3] == ["mtp_hicache", "mtp_hicache spec=2/3", "mtp_hicache hicache=64GB"]
+    assert labels[-2:] == ["baseline", "baseline mrr=32"]
+
+
+def test_bad_space_names_value_rule_and_fix() -> None:
+    with pytest.raises(_tune.TuneError, match=r"profiles: \['turbo'\] must name profiles \(valid: baseline"):
+        _tune.candidates({"profiles": ["turbo"]})
+    with pytest.raises(_tune.TuneError, match=r"max_running_requests: -1 is not a whole number >= 0"):
+        _tune.candidates({"profiles": ["mtp"], "max_running_requests": [-1]})
+    with pytest.raises(_tune.TuneError, match="unknown key"):
+        _tune.candidates({"profiles": ["mtp"], "mrr": [4]})
+    with pytest.raises(_tune.TuneError, match="sglang_tune_slo_itl_p50_ms: 'fast'"):
+        _tune.slo(itl_p50_ms="fast")
+
+
+def test_user_profiles_are_candidates_and_spec_goes_through_extra_args() -> None:
+    cands = _tune.candidates({"profiles": ["mine"], "speculative": [{"steps": 2, "draft_tokens": 3}]},
+                             {"mine": {"extends": "mtp"}})
+    assert [c["label"] for c in cands] == ["mine spec=2/3"]
+    deploy = _tune.candidate_vars(cands[0], {"--chunked-prefill-size": 4096})
+    assert deploy == {"sglang_profile": "mine", "sglang_max_running_requests": 0, "sglang_hicache_size_gb": 0,
+                      "sglang_extra_args": {"--chunked-prefill-size": 4096, "--speculative-num-steps": 2,
+                                            "--speculative-num-draft-tokens": 3}}
+    assert _tune.candidate_vars(cands[0], ["--foo", "1"])["sglang_extra_args"][-2:] == [
+        "--speculative-num-draft-tokens", "3"]
+
+
+# ---- bound and pruning ----
+
+def test_bound_is_rate_per_request_times_running_cap() -> None:
+    b = _tune.bound(_sweep([_pt(1, 61.2)], 9), LEVELS, NO_SLO)
+    assert b["tok_s"] == pytest.approx(61.2 * 9) and b["cap"] == 9
+    # a server that runs more than the highest level: capped by the level
+    assert _tune.bound(_sweep([_pt(1, 10.0)], 200), LEVELS, NO_SLO)["tok_s"] == pytest.approx(480.0)
+    # at a fixed SLO concurrency only that level counts
+    assert _tune.bound(_sweep([_pt(1, 10.0)], 200), LEVELS, _tune.slo(1, 0, 8))["tok_s"] == pytest.approx(80.0)
+
+
+def test_seed_story_mtp_is_pruned_once_mtp_hicache_is_known() -> None:
+    cands = _tune.candidates({"profiles": ["mtp_hicache", "mtp"]})
+    curves = {"mtp_hicache": (SEED_MTP_HICACHE, 9), "mtp": ([(1, 68.0), (4, 234.0), (8, 235.0)], 4)}
+    results = _run(cands, curves)
+    assert [r["status"] for r in results] == ["swept", "pruned"]
+    assert "pruned by bound: at most 272 tok/s" in results[1]["reason"]
+    assert "<= best so far 409 tok/s (mtp_hicache)" in results[1]["reason"]
+    choice = _tune.choose(results, NO_SLO)
+    assert choice["winner"]["candidate"]["label"] == "mtp_hicache"
+    assert choice["why"]["mtp"].startswith("pruned by bound")
+
+
+def test_the_other_order_sweeps_both_and_says_the_loser_was_capped() -> None:
+    cands = _tune.candidates({"profiles": ["mtp", "mtp_hicache"]})
+    curves = {"mtp_hicache": (SEED_MTP_HICACHE, 9), "mtp": ([(1, 68.0), (4, 234.0), (8, 235.0)], 4)}
+    results = _run(cands, curves)
+    assert [r["status"] for r in results] == ["swept", "swept"]
+    why = _tune.choose(results, NO_SLO)["why"]["mtp"]
+    assert why.startswith("lower peak tok/s: 235.0 at C=8 vs 409.0 (-42.5%)")
+    assert "running requests capped at 4" in why
+
+
+def test_a_tie_goes_to_the_earlier_candidate_and_failures_are_reported() -> None:
+    cands = _tune.candidates({"profiles": ["baseline", "hicache", "mtp"]})
+    results = _run(cands[:2], {"baseline": ([(1, 20.0), (4, 80.0)], 4), "hicache": ([(1, 20.0), (4, 80.0)], 19)})
+    results.append(_tune.result(cands[2], NO_SLO, 0.05, error="instance gpu0 did not become ready"))
+    choice = _tune.choose(results, NO_SLO)
+    assert choice["winner"]["candidate"]["label"] == "baseline"
+    assert choice["why"]["mtp"] == "failed: instance gpu0 did not become ready"
+
+
+# ---- SLO ----
+
+def test_slo_picks_the_best_level_that_meets_it_client_or_server_bucket() -> None:
+    fast = [_pt(1, 60.0, itl_ms={"p50": 15.0}), _pt(4, 200.0, itl_ms={"p50": 18.0}),
+            _pt(8, 360.0, itl_ms={"p50": 21.0})]
+    objective = _tune.slo(itl_p50_ms=20)
+    assert _tune.score(fast, objective) == {"tok_s": 200.0, "concurrency": 4, "reason": ""}
+    # not measurable by the client: the upper bound of the server's bucket decides
+    hidden = _pt(8, 360.0, itl_ms={"p50": 5.0}, latency_unmeasurable={"itl_ms": ["p50"]},
+                 server={"itl_ms_range": {"p50": [15.0, 20.0]}})
+    assert _tune.latency(hidden, "itl_ms", "p50") == (20.0, "server bucket")
+    assert _tune.score([hidden], objective)["tok_s"] == 360.0
+    violated = _tune.score([_pt(1, 60.0, itl_ms={"p50": 25.0})], objective)
+    assert violated["tok_s"] is None and "C=1 ITL p50 25 ms (client) > 20 ms" in violated["reason"]
+
+
+def test_slo_prunes_a_candidate_that_violates_it_alone() -> None:
+    probe = _sweep([_pt(1, 60.0, ttft_ms={"p99": 900.0})], 9)
+    decision = _tune.decide(probe, LEVELS, _tune.slo(ttft_p99_ms=500), None)
+    assert decision["action"] == "prune" and "SLO violated already at its lowest level" in decision["reason"]
+    assert _tune.rest_levels(LEVELS, _tune.slo(500, 0, 8)) == [8]
+
+
+def test_with_slo_a_lower_peak_can_win() -> None:
+    cands = _tune.candidates({"profiles": ["mtp_hicache", "baseline"]})
+    objective = _tune.slo(itl_p50_ms=20)
+    curves = {"mtp_hicache": ([(1, 61.0), (4, 207.0), (8, 370.0)], 9),
+              "baseline": ([(1, 27.0), (4, 105.0), (8, 196.0)], 19)}
+    results = []
+    for cand in cands:
+        curve, running = curves[cand["label"]]
+        itl = 25.0 if cand["label"] == "mtp_hicache" else 12.0  # MTP verifies 4 tokens a step: slower steps
+        pts = [_pt(c, x, itl_ms={"p50": itl if c > 1 else 10.0}) for c, x in curve]
+        probe = _sweep(pts[:1], running)
+        decision = _tune.decide(probe, LEVELS, objective, _tune.best_so_far(results))
+        results.append(_tune.result(cand, objective, 0.05, probe, _sweep(pts[1:], running), decision))
+    choice = _tune.choose(results, objective)
+    assert choice["winner"]["candidate"]["label"] == "baseline"
+    assert choice["why"]["mtp_hicache"].startswith("lower tok/s within the SLO: 61.0 at C=1 vs 196.0")
+
+
+# ---- write-back and report ----
+
+def test_vars_file_has_a_header_and_the_variables_deploy_reads() -> None:
+    cands = _tune.candidates({"profiles": ["mtp_hicache"], "speculative": [{"steps": 2, "draft_tokens": 3}]})
+    results = _run(cands, {"mtp_hicache spec=2/3": (SEED_MTP_HICACHE, 9)})
+    info = {"class": "rtx", "representative": "n1", "hosts": ["n1", "n2"], "run_id": "r1", "report": "reports/r1/tune.md",
+            "levels": LEVELS, "vars_files": ["group_vars/rtx/tuned.yml"]}
+    out = _tune.outcome(results, NO_SLO, info, {"--chunked-prefill-size": 4096}, "2026-12-01T00:00:00Z")
+    text = out["vars_text"]
+    assert text.startswith("# Generated by playbooks/tune.yml (llmops.sglang) at 2026-12-01T00:00:00Z, run r1.")
+    body = yaml.safe_load(text)
+    assert body["profile"] == "mtp_hicache" and body["sglang_max_running_requests"] == 0
+    assert body["sglang_extra_args"] == {"--chunked-prefill-size": 4096, "--speculative-num-steps": 2,
+                                         "--speculative-num-draft-tokens": 3}
+    assert body["sglang_tuned"]["score_tok_s"] == 409.0 and body["sglang_tuned"]["at_concurrency"] == 48
+    assert out["fact"] == body["sglang_tuned"]
+
+
+def test_report_has_every_candidate_the_path_and_the_reasons() -> None:
+    cands = _tune.candidates({"profiles": ["mtp_hicache", "mtp"]})
+    mtp_points = [(1, 68.0), (4, 234.0)]
+    results = _run(cands, {"mtp_hicache": (SEED_MTP_HICACHE, 9), "mtp": (mtp_points, 4)})
+    info = {"class": "rtx", "representative": "n1", "hosts": ["n1"], "run_id": "r1", "levels": LEVELS,
+            "vars_files": ["group_vars/rtx/tuned.yml"]}
+    files = _tune.report_files([_tune.outcome(results, NO_SLO, info)])
+    md = files["tune.md"]
+    assert "| 1 | **mtp_hicache** | swept | 9 | 61.2 | 550.8 | 409.0 @C=48 | C=8 | 409.0 | +0.0% | winner |" in md
+    assert "| 2 | mtp | pruned | 4 | 68.0 | 272.0 |" in md
+    assert "2. mtp: deployed; C=1 -> bound 272.0 tok/s" in md and "Winner: mtp_hicache: 409.0 peak tok/s at C=48." in md
+    rows = list(csv.DictReader(io.StringIO(files["tune.csv"])))
+    assert [(r["candidate"], r["concurrency"], r["status"]) for r in rows][-2:] == [("mtp_hicache", "48", "swept"),
+                                                                                    ("mtp", "1", "pruned")]
+    data = json.loads(files["tune.json"])
+    assert data["rtx"]["fact"]["candidate"] == "mtp_hicache" and "records" not in data["rtx"]["results"][0]["sweep"]
