@@ -278,8 +278,8 @@ def decide(probe: Mapping[str, Any], levels: Sequence[int], objective: Mapping[s
                     "reason": f"pruned: SLO violated already at its lowest level ({why}); latency only grows with C"}
     if best and best.get("tok_s") is not None and b["tok_s"] <= float(best["tok_s"]):
         return {"action": "prune", "bound": b,
-                "reason": f"pruned by bound: at most {b['tok_s']:g} tok/s ({b['reason']}) <= best so far "
-                          f"{best['tok_s']:g} tok/s ({best['label']})"}
+                "reason": f"pruned by bound: at most {b['tok_s']:.1f} tok/s <= best so far "
+                          f"{float(best['tok_s']):.1f} tok/s ({best['label']})"}
     return {"action": "sweep", "bound": b, "reason": ""}
 
 
@@ -446,7 +446,7 @@ def path_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         head = f"{n}. {label}: deployed; C={_levels(sweep).split(',')[0]}"
         head += f" -> bound {_f(b.get('tok_s'))} tok/s ({b.get('reason', '')})" if b else ""
         if r["status"] == "pruned":
-            lines.append(f"{head}; {r['reason']}")
+            lines.append(f"{head}; {r['reason'].replace('pruned by bound: at most', 'pruned:')}")
             continue
         plateau = " (stopped on plateau)" if (sweep or {}).get("stopped_on_plateau") else ""
         sc = r.get("score") or {}
@@ -459,7 +459,9 @@ def _row(r: Mapping[str, Any], choice: Mapping[str, Any], top: float | None) -> 
     sweep = r.get("sweep") or {}
     label = r["candidate"]["label"]
     first = (sweep.get("points") or [{}])[0]
-    peak, knee, sc = sweep.get("peak") or {}, sweep.get("knee") or {}, r.get("score") or {}
+    swept = r["status"] == "swept"
+    peak, knee = (sweep.get("peak") or {}, sweep.get("knee") or {}) if swept else ({}, {})
+    sc = r.get("score") or {}
     win = choice.get("winner") is not None and choice["winner"]["candidate"]["label"] == label
     rel = f"{(sc['tok_s'] / top - 1) * 100:+.1f}%" if sc.get("tok_s") is not None and top else "-"
     cells = [str(r["candidate"]["index"] + 1), f"**{label}**" if win else label, r["status"],

@@ -115,8 +115,8 @@ def test_seed_story_mtp_is_pruned_once_mtp_hicache_is_known() -> None:
     curves = {"mtp_hicache": (SEED_MTP_HICACHE, 9), "mtp": ([(1, 68.0), (4, 234.0), (8, 235.0)], 4)}
     results = _run(cands, curves)
     assert [r["status"] for r in results] == ["swept", "pruned"]
-    assert "pruned by bound: at most 272 tok/s" in results[1]["reason"]
-    assert "<= best so far 409 tok/s (mtp_hicache)" in results[1]["reason"]
+    assert results[1]["reason"] == "pruned by bound: at most 272.0 tok/s <= best so far 409.0 tok/s (mtp_hicache)"
+    assert results[1]["bound"]["reason"] == "68.0 tok/s per request (C=1) x 4 (min(running 4, C<=48))"
     choice = _tune.choose(results, NO_SLO)
     assert choice["winner"]["candidate"]["label"] == "mtp_hicache"
     assert choice["why"]["mtp"].startswith("pruned by bound")
@@ -209,7 +209,7 @@ def test_report_has_every_candidate_the_path_and_the_reasons() -> None:
     files = _tune.report_files([_tune.outcome(results, NO_SLO, info)])
     md = files["tune.md"]
     assert "| 1 | **mtp_hicache** | swept | 9 | 61.2 | 550.8 | 409.0 @C=48 | C=8 | 409.0 | +0.0% | winner |" in md
-    assert "| 2 | mtp | pruned | 4 | 68.0 | 272.0 |" in md
+    assert "| 2 | mtp | pruned | 4 | 68.0 | 272.0 | - | - | - | - | pruned by bound: at most 272.0 tok/s" in md
     assert "2. mtp: deployed; C=1 -> bound 272.0 tok/s" in md and "Winner: mtp_hicache: 409.0 peak tok/s at C=48." in md
     rows = list(csv.DictReader(io.StringIO(files["tune.csv"])))
     assert [(r["candidate"], r["concurrency"], r["status"]) for r in rows][-2:] == [("mtp_hicache", "48", "swept"),
