@@ -28,10 +28,11 @@ def _tune_slo(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tune_classes(hosts: list[str], hostvars: Any, groups: dict[str, list[str]],
-                  class_groups: list[str] | None = None) -> dict[str, Any]:
-    """Play hosts -> {class: {hosts, representative, group, vars_files}}."""
+                  class_groups: list[str] | None = None, vars_dir: str = "") -> dict[str, Any]:
+    """Play hosts -> {class: {hosts, representative, group, vars_files}} (vars_dir: the
+    inventory folder, where an existing vars file can rule a target out)."""
     facts = {h: ((hostvars[h].get("ansible_facts") or {}).get("sglang_host") or {}) for h in hosts}
-    return _tune.classes(hosts, facts, groups, class_groups or [])
+    return _tune.classes(hosts, facts, groups, class_groups or [], vars_dir)
 
 
 def _tune_decide(probe: dict[str, Any], results: list[dict[str, Any]], levels: list[int],

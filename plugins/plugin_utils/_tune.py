@@ -10,8 +10,9 @@ Kept free of Ansible so that the search is unit-tested as plain Python (tests/un
 from __future__ import annotations
 
 import itertools
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep import clean, find_knee, find_peak
@@ -42,23 +43,43 @@ def gpu_class_key(host_facts: Mapping[str, Any]) -> str:
     return re.sub(r"[^a-z0-9_]+", "_", raw.lower()).strip("_")
 
 
-def vars_targets(class_hosts: Sequence[str], groups: Mapping[str, Sequence[str]], class_group: str = "") -> list[str]:
-    """Where a class's tuned vars go, relative to the inventory folder. A class that is an
-    inventory group (given, or the smallest group whose hosts are exactly the class) gets
-    ``group_vars/<group>/tuned.yml``; otherwise each host gets ``host_vars/<host>/tuned.yml``.
-    Both are read by Ansible's host_group_vars plugin, so deploy.yml picks them up."""
-    if class_group:
-        return [f"group_vars/{class_group}/tuned.yml"]
+VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
+
+
+def _file_beside(kind: str, name: str, exists: Callable[[str], bool]) -> str:
+    """A vars *file* of that group or host, if any: Ansible reads either ``group_vars/NAME``
+    (a folder) or ``NAME.yml``, the first it finds, never both, so a folder made next to it would
+    hide the user's file."""
+    return next((f"{kind}/{name}{ext}" for ext in VARS_EXTENSIONS
+                 if exists(f"{kind}/{name}{ext}") and not exists(f"{kind}/{name}{ext}/")), "")
+
+
+def vars_targets(class_hosts: Sequence[str], groups: Mapping[str, Sequence[str]], class_group: str = "",
+                 exists: Callable[[str], bool] = lambda _: False) -> list[str]:
+    """Where a class's tuned vars go, relative to the inventory folder (``exists`` tells what is
+    there). A class that is an inventory group (given, or the smallest group whose hosts are
+    exactly the class) gets ``group_vars/<group>/tuned.yml``; otherwise, or when that group has a
+    vars file instead of a folder, each host gets ``host_vars/<host>/tuned.yml``. Both are read by
+    Ansible's host_group_vars plugin, so deploy.yml picks them up."""
     want = set(class_hosts)
-    exact = [g for g, members in groups.items()
-             if g not in ("all", "ungrouped") and not g.startswith(CLASS_PREFIX) and set(members) == want]
-    if exact:
-        return [f"group_vars/{sorted(exact)[0]}/tuned.yml"]
+    exact = [class_group] if class_group else sorted(
+        g for g, members in groups.items()
+        if g not in ("all", "ungrouped") and not g.startswith(CLASS_PREFIX) and set(members) == want)
+    if exact and not _file_beside("group_vars", exact[0], exists):
+        return [f"group_vars/{exact[0]}/tuned.yml"]
+    blocked = [f for f in (_file_beside("host_vars", h, exists) for h in sorted(class_hosts)) if f]
+    if blocked:
+        group_file = _file_beside("group_vars", exact[0], exists) if exact else ""
+        raise TuneError(f"nowhere to write the tuned vars of hosts {', '.join(sorted(class_hosts))}: "
+                        f"{', '.join(filter(None, [group_file, *blocked]))} exist as files, and Ansible reads a "
+                        f"group's or host's vars file or its folder, not both. Move the file "
+                        f"into a folder of that name (e.g. {blocked[0].rsplit('.', 1)[0]}/main.yml), or set "
+                        f"sglang_tune_write_vars: false")
     return [f"host_vars/{h}/tuned.yml" for h in sorted(class_hosts)]
 
 
 def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, Sequence[str]],
-            class_groups: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+            class_groups: Sequence[str] = (), vars_dir: str = "") -> dict[str, dict[str, Any]]:
     """{class: {hosts, representative, group, vars_files}}. With ``class_groups`` each of those
     inventory groups is a class (a host in none of them, or in two, is an error); without, hosts
     with equal GPU facts (``facts``: each host's sglang_host fact) form one. The representative
@@ -76,9 +97,13 @@ def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups
             name, group = gpu_class_key(facts.get(host) or {}), ""
         entry = out.setdefault(name, {"hosts": [], "group": group})
         entry["hosts"].append(host)
+    def exists(rel: str) -> bool:
+        return bool(vars_dir) and (os.path.isdir(os.path.join(vars_dir, rel)) if rel.endswith("/")
+                                   else os.path.exists(os.path.join(vars_dir, rel)))
+
     for entry in out.values():
         entry["representative"] = entry["hosts"][0]
-        entry["vars_files"] = vars_targets(entry["hosts"], groups, entry["group"])
+        entry["vars_files"] = vars_targets(entry["hosts"], groups, entry["group"], exists)
     return out
 
 

@@ -58,6 +58,27 @@ def test_hosts_with_equal_gpus_form_one_class_and_its_group_gets_the_vars() -> N
     assert got["nvidia_rtx_pro_6000_x1_97887mib"]["vars_files"] == ["host_vars/c/tuned.yml"]
 
 
+def test_a_group_vars_file_is_never_hidden_by_a_folder(tmp_path) -> None:
+    # inventories/seed: group_vars/sglang_servers.yml is a file; a folder of that name would
+    # make Ansible read the folder only, so the host's own host_vars folder gets the file
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "sglang_servers.yml").write_text("sglang_engine: sim\n")
+    groups = {"all": ["localhost"], "sglang_servers": ["localhost"]}
+    got = _tune.classes(["localhost"], {}, groups, vars_dir=str(tmp_path))
+    assert got["nogpu"]["vars_files"] == ["host_vars/localhost/tuned.yml"]
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "localhost.yml").write_text("x: 1\n")
+    with pytest.raises(_tune.TuneError, match=r"group_vars/sglang_servers.yml, host_vars/localhost.yml exist as "
+                                              r"files.*Move the file into a folder of that name \(e.g. "
+                                              r"host_vars/localhost/main.yml\)"):
+        _tune.classes(["localhost"], {}, groups, vars_dir=str(tmp_path))
+    # a folder is fine: tuned.yml goes beside what is in it
+    (tmp_path / "group_vars" / "sglang_servers.yml").unlink()
+    (tmp_path / "group_vars" / "sglang_servers").mkdir()
+    assert _tune.classes(["localhost"], {}, groups, vars_dir=str(tmp_path))["nogpu"]["vars_files"] == [
+        "group_vars/sglang_servers/tuned.yml"]
+
+
 def test_class_groups_given_and_a_host_in_none_is_refused() -> None:
     groups = {"g1": ["a"], "g2": ["b"]}
     assert _tune.classes(["a", "b"], {}, groups, ["g1", "g2"])["g2"]["vars_files"] == ["group_vars/g2/tuned.yml"]
