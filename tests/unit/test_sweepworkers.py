@@ -170,10 +170,22 @@ def zero_process() -> Iterator[str]:
         line = proc.stdout.readline() if ready else ""
         if not line.startswith("PORT "):
             pytest.fail(f"zero server did not start: {line!r}")
+        # it prints PORT at the app's start-up, just before it listens
+        assert _wait_for(lambda: _accepts(port), 10.0), f"zero server on port {port} does not accept"
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _accepts(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+        return True
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="module")

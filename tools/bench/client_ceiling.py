@@ -50,10 +50,22 @@ def _start_server(per_event: bool) -> tuple[subprocess.Popen[str], str]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 20.0)
-    if not ready or not proc.stdout.readline().startswith("PORT "):
+    if not ready or not proc.stdout.readline().startswith("PORT ") or not _accepts(port):
         proc.kill()
         raise SystemExit("zero_server.py did not start")
     return proc, f"http://127.0.0.1:{port}"
+
+
+def _accepts(port: int, seconds: float = 10.0) -> bool:
+    """zero_server prints PORT at the app's start-up, just before it listens: wait for that."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
 
 
 def _one(url: str, server_pid: int, a: argparse.Namespace, processes: int, rep: int) -> dict[str, object]:
