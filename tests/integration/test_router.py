@@ -270,7 +270,6 @@ def test_bench_through_the_router_reports_workers_fleet_total_and_router_side_by
         point = next(p for p in router["sweep"]["points"] if p["concurrency"] == level)
         assert int(through["requests"]) == point["requests"] and int(through["err"]) == 0
         assert int(through["output_tokens"]) == point["requests"] * 32
-    # the requests really went through the router to both workers
     summary = (folder / "summary.md").read_text()
     assert "### Fleet: per worker, fleet total (merged), through the router" in summary
     assert "**fleet total (2 workers, merged) [aligned]**" in summary and "| router localhost |" in summary
