@@ -212,6 +212,28 @@ options:
     description: Verify TLS certificates for C(https://) URLs.
     type: bool
     default: true
+  time_scale:
+    description:
+      - The embedded engine's time scale (wall seconds per modelled second) to assume when the
+        server does not report one, as a router in front of embedded engines does not. The
+        sweep is then converted to the GPU time the engines model, like a sweep of the engines
+        themselves. A scale the server reports wins. Unset for real servers.
+    type: float
+  client_processes:
+    description:
+      - How many client processes run each level. One Python process reads at most about 55-95k
+        streamed chunks per second (one core); a router in front of many workers can serve more.
+      - With N > 1 the level's C clients (and its requests) are split over N processes (at most C),
+        each with its own connections; their raw per-request records are merged into the level's
+        point exactly as one process would summarize them. The point's C(client_processes) says
+        how many ran it.
+      - C(0) or C(auto) starts with one process and, when a level is client-limited, measures that
+        level again with twice the processes, up to the CPUs of the machine running the module
+        (and C); later levels keep that number. The discarded tries are in the point's
+        C(client_escalation).
+      - An integer from 0 to 256, or C(auto).
+    type: raw
+    default: 1
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
@@ -255,6 +277,14 @@ EXAMPLES = r"""
     stop_on_plateau: true
     plateau_gain: 0.05
     sweep_timeout: 3600
+  delegate_to: localhost
+
+# Through a router of many workers: more client processes when one is not enough.
+- name: Sweep a router, adding client processes while a level is client-limited
+  llmops.sglang.throughput_sweep:
+    url: http://router.example:30000
+    concurrency: [64, 256, 1024]
+    client_processes: auto
   delegate_to: localhost
 
 - name: A quick time-boxed check, 60 s per level, no raw records
@@ -346,7 +376,7 @@ ansible_facts:
             time_scale:
               description:
                 - Wall seconds per modelled second reported by the embedded engine (C(llmops_sim.time_scale)
-                  in its server info); null for real servers.
+                  in its server info), else O(time_scale); null for real servers.
               type: float
               sample: 0.02
             metrics:
@@ -480,7 +510,19 @@ ansible_facts:
               description:
                 - C(loop_lag_ms_p99), p99 of how late a 10 ms ticker task ran on the event loop;
                   C(cpu_util), process CPU time / wall time over the level (1.0 = one core busy).
+                - With several client processes, the worst process's figures (each is one event
+                  loop on at most one core).
               type: dict
+            client_processes:
+              description: How many client processes ran the level (O(client_processes), at most C).
+              type: int
+            client_escalation:
+              description:
+                - O(client_processes=auto) only; null otherwise and when the level was measured once.
+                - The discarded client-limited tries of the level, each C(processes),
+                  C(output_tok_s) and C(client), before it was measured again with more processes.
+              type: list
+              elements: dict
             gain_per_doubling:
               description:
                 - (this tok/s / previous level's - 1) / log2(this C / previous C), between levels
@@ -567,6 +609,13 @@ ansible_facts:
               C(itl_ms_mean), C(start_s) and C(end_s) (seconds since the sweep started).
           type: list
           elements: dict
+        records_t0_unix:
+          description:
+            - When the sweep started, in Unix seconds (wall clock) - the origin of the records'
+              C(start_s) and C(end_s), so that sweeps run at the same time (other hosts, other
+              instances) can be merged on one clock.
+          type: float
+          sample: 1796100900.123456
 skipped:
   description: True in check mode (no request sent).
   returned: check mode
@@ -646,6 +695,8 @@ def main() -> None:
             "max_concurrency": {"type": "int", "default": MAX_CONCURRENCY},
             "fail_on_errors": {"type": "bool", "default": False},
             "watch_pid": {"type": "int"},
+            "time_scale": {"type": "float"},
+            "client_processes": {"type": "raw", "default": 1},
         },
         mutually_exclusive=[("requests", "duration")],
         supports_check_mode=True,
