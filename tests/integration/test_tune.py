@@ -75,7 +75,7 @@ def test_tune_on_seed_finds_mtp_hicache_writes_it_back_and_deploy_uses_it(tmp_pa
         assert deployed.rc == 0, deployed.out[-4000:]
         assert dep.manifest()["profile"] == "mtp_hicache"
         shown = dep.adhoc("localhost", "-m", "ansible.builtin.debug", "-a", "var=sglang_tuned.candidate")
-        assert '"sglang_tuned.candidate": "mtp_hicache"' in shown.stdout
+        assert "sglang_tuned.candidate: mtp_hicache" in shown.stdout.replace('"', "")  # json or yaml callback
     finally:
         dep.extra = {k: v for k, v in dep.extra.items() if not k.startswith("sglang_tune_")}
         _stop(dep)
