@@ -37,6 +37,7 @@ NOT_REPORTED = "not reported by this release"
 SPEC_OFF = "speculative decoding off"
 NO_SAMPLES = "no sample: the level was shorter than the sampling interval"
 NO_PROMPTS = "no prompt tokens counted in the level"
+RESTARTED = "a counter went down: the server restarted during the level"
 # The fields of a point's ``server_metrics``, in the order the docs and the report list them.
 FIELDS: tuple[str, ...] = (
     "samples", "running_mean", "running_max", "queued_mean", "queued_max", "token_usage_mean",
@@ -168,8 +169,9 @@ def _cache(before: Scrape, after: Scrape, notes: dict[str, str]) -> dict[str, An
     uncached = _delta(before, after, "uncached_prompt_tokens_histogram_sum")
     out: dict[str, Any] = {"cache_hit_rate": None, "cache_hit_rate_device": None, "cache_hit_rate_host": None}
     if prompt is None or uncached is None:
+        served = total(after, "prompt_tokens_histogram_sum") is not None
         for key in out:
-            notes[key] = NOT_REPORTED
+            notes[key] = RESTARTED if served else NOT_REPORTED
         return out
     if prompt <= 0:
         for key in out:
