@@ -193,3 +193,29 @@ def test_engine_counts_the_retractions_its_scheduler_makes() -> None:
         if sched.step() is None:
             break
     assert sched.retracted > 0 and sched.num_running == 0
+
+
+def test_report_shows_the_server_during_each_level_beside_the_client() -> None:
+    """The "why did C=16 not scale" table: running capped, queue growing, from the points."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _report
+
+    def point(c: int, tok_s: float, running: float, queued: float) -> dict:
+        text = _with(_with(_text("hybrid"), "num_running_reqs", running), "num_queue_reqs", queued)
+        samples = sm.GaugeSamples()
+        samples.add(sm.parse(text))
+        return {"concurrency": c, "output_tok_s": tok_s, "ok": c, "requests": c, "status": "ok",
+                "errors": {"total": 0}, "server_metrics": sm.level_metrics(sm.parse(""), sm.parse(text), samples)}
+
+    sweep = {"points": [point(4, 234.0, 4, 0), point(16, 236.0, 4, 12)]}
+    table, notes = _report.render_server_metrics_table(sweep)
+    rows = table.splitlines()
+    assert rows[0].startswith("| C | output tok/s | running mean/max | queued mean/max |")
+    assert rows[3].startswith("| 16 | 236.0 | 4.0 / 4 | 12.0 / 12 |"), rows[3]
+    assert "| 1.00 |" in rows[3]  # the recording's accept length (12440 / 12384)
+    assert notes == []  # the hybrid recording reports every field (HiCache on, MTP on)
+    dense = {"points": [{"concurrency": 1, "output_tok_s": 1.0, "ok": 1, "requests": 1, "status": "ok",
+                         "errors": {"total": 0},
+                         "server_metrics": sm.level_metrics(sm.parse(""), sm.parse(_text("dense")), sm.GaugeSamples())}]}
+    _, notes = _report.render_server_metrics_table(dense)
+    assert "spec_accept_length, spec_accept_rate: speculative decoding off." in notes
+    assert _report.render_server_metrics_table({"points": [{"concurrency": 1}]}) is None
