@@ -226,6 +226,21 @@ options:
     description: Verify TLS certificates for C(https://) URLs.
     type: bool
     default: true
+  client_processes:
+    description:
+      - How many client processes run each level. One Python process reads at most about 55-95k
+        streamed chunks per second (one core); a router in front of many workers can serve more.
+      - With N > 1 the level's C clients (and its requests) are split over N processes (at most C),
+        each with its own connections; their raw per-request records are merged into the level's
+        point exactly as one process would summarize them. The point's C(client_processes) says
+        how many ran it.
+      - C(0) or C(auto) starts with one process and, when a level is client-limited, measures that
+        level again with twice the processes, up to the CPUs of the machine running the module
+        (and C); later levels keep that number. The discarded tries are in the point's
+        C(client_escalation).
+      - An integer from 0 to 256, or C(auto).
+    type: raw
+    default: 1
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
@@ -269,6 +284,14 @@ EXAMPLES = r"""
     stop_on_plateau: true
     plateau_gain: 0.05
     sweep_timeout: 3600
+  delegate_to: localhost
+
+# Through a router of many workers: more client processes when one is not enough.
+- name: Sweep a router, adding client processes while a level is client-limited
+  llmops.sglang.throughput_sweep:
+    url: http://router.example:30000
+    concurrency: [64, 256, 1024]
+    client_processes: auto
   delegate_to: localhost
 
 - name: A quick time-boxed check, 60 s per level, no raw records
@@ -494,7 +517,19 @@ ansible_facts:
               description:
                 - C(loop_lag_ms_p99), p99 of how late a 10 ms ticker task ran on the event loop;
                   C(cpu_util), process CPU time / wall time over the level (1.0 = one core busy).
+                - With several client processes, the worst process's figures (each is one event
+                  loop on at most one core).
               type: dict
+            client_processes:
+              description: How many client processes ran the level (O(client_processes), at most C).
+              type: int
+            client_escalation:
+              description:
+                - O(client_processes=auto) only; null otherwise and when the level was measured once.
+                - The discarded client-limited tries of the level, each C(processes),
+                  C(output_tok_s) and C(client), before it was measured again with more processes.
+              type: list
+              elements: dict
             gain_per_doubling:
               description:
                 - (this tok/s / previous level's - 1) / log2(this C / previous C), between levels
@@ -678,6 +713,7 @@ def main() -> None:
             "watch_pid": {"type": "int"},
             "progress_file": {"type": "path"},
             "progress_labels": {"type": "dict"},
+            "client_processes": {"type": "raw", "default": 1},
         },
         mutually_exclusive=[("requests", "duration")],
         supports_check_mode=True,
