@@ -566,8 +566,8 @@ ansible_facts:
               type: dict
             server_metrics:
               description:
-                - What the server's C(/metrics) said about the level (null without C(/metrics)):
-                  counters read before and after it, gauges sampled every 0.5 s while it ran (in
+                - What the server's C(/metrics) said about the level (null without C(/metrics)),
+                  from counters read before and after it and gauges sampled every 0.5 s while it ran (in
                   the modelled time on the time-scaled engine, at least 50 ms apart). C(samples),
                   C(running_mean), C(running_max), C(queued_mean), C(queued_max),
                   C(token_usage_mean), C(token_usage_max) (KV pool), C(spec_accept_length)
