@@ -71,6 +71,11 @@ class ActionModule(ActionBase):
             time.sleep(poll)
         results = done + [{**(job.result or {}), "item": job.start} for job in jobs]
         failed = [r for r in results if r.get("failed")]
+        # the sweeps' own warnings (failed levels, drift, ...): shown as this task's, as a sweep
+        # that was not async would show them
+        warnings = [w for r in results for w in (r.get("warnings") or [])]
+        if warnings:
+            result["warnings"] = result.get("warnings", []) + warnings
         result.update(results=results, changed=False)
         if failed:
             result.update(failed=True, msg="; ".join(str(r.get("msg")) for r in failed))

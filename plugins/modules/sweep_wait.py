@@ -63,6 +63,7 @@ attributes:
     support: none
 notes:
   - A job that failed fails the task, with the job's message; its result is in RV(results).
+  - The jobs' own warnings (failed levels, drift, ...) are shown as this task's warnings.
 seealso:
   - module: llmops.sglang.throughput_sweep
 """
