@@ -238,6 +238,9 @@ class SweepOptions:
     max_concurrency: int = MAX_CONCURRENCY
     fail_on_errors: bool = False  # acted on by the module (the sweep itself always returns)
     watch_pid: int | None = None  # stop when this process is gone (the controller's ansible)
+    # the embedded engine's time scale when the server does not report one (a router in front
+    # of engines): the sweep is then converted to modelled time like theirs
+    time_scale: float | None = None
     client_processes: Any = 1  # client processes per level; 0 or "auto": more when client-limited
 
     def normalized(self) -> SweepOptions:
@@ -281,6 +284,8 @@ class SweepOptions:
                 raise SweepError(f"{name} must be > 0")
         if float(self.plateau_gain) < 0:
             raise SweepError("plateau_gain must be >= 0")
+        if self.time_scale is not None and not float(self.time_scale) > 0:
+            raise SweepError(f"time_scale must be > 0, got {self.time_scale!r}")
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")
@@ -310,6 +315,7 @@ class SweepOptions:
             max_concurrency=int(self.max_concurrency),
             fail_on_errors=bool(self.fail_on_errors),
             watch_pid=None if self.watch_pid is None else int(self.watch_pid),
+            time_scale=None if self.time_scale is None else float(self.time_scale),
             client_processes=parse_client_processes(self.client_processes),
         )
 
@@ -349,6 +355,7 @@ class SweepOptions:
             "max_concurrency": self.max_concurrency,
             "fail_on_errors": self.fail_on_errors,
             "watch_pid": self.watch_pid,
+            "time_scale": self.time_scale,
             "client_processes": "auto" if self.client_processes == 0 else self.client_processes,
             "api_key_set": bool(self.api_key),
             "knee_share": KNEE_SHARE,
@@ -1611,6 +1618,7 @@ class _SweepRun:
     def __init__(self, opts: SweepOptions, session: Any) -> None:
         self.opts = opts
         self.t0 = time.perf_counter()
+        self.t0_unix = time.time()  # records' start_s/end_s on a clock other sweeps share
         self.deadline = self.t0 + opts.sweep_timeout
         self.warnings: list[str] = []
         self.points: list[dict[str, Any]] = []
@@ -1938,6 +1946,7 @@ def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base
         "stopped_on_timeout": sweep.stopped_on_timeout,
         "warnings": sweep.warnings,
         "records": sweep.records if opts.return_records else [],
+        "records_t0_unix": round(sweep.t0_unix, 6),
     }
 
 
@@ -1989,7 +1998,7 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_
         guard.close()
     finished = utc_now_iso()
     srv_info = sweep.after if sweep.after.get("ok") else sweep.before
-    scale = srv_info.get("time_scale") or sweep.before.get("time_scale")
+    scale = srv_info.get("time_scale") or sweep.before.get("time_scale") or sweep.opts.time_scale
     time_base = _convert_time_base(sweep.points, sweep.records, scale, sweep.warnings)
     sweep.warnings.extend(_drift_warnings(sweep.points))
     failed = error_warning(sweep.points)

@@ -226,6 +226,13 @@ options:
     description: Verify TLS certificates for C(https://) URLs.
     type: bool
     default: true
+  time_scale:
+    description:
+      - The embedded engine's time scale (wall seconds per modelled second) to assume when the
+        server does not report one, as a router in front of embedded engines does not. The
+        sweep is then converted to the GPU time the engines model, like a sweep of the engines
+        themselves. A scale the server reports wins. Unset for real servers.
+    type: float
   client_processes:
     description:
       - How many client processes run each level. One Python process reads at most about 55-95k
@@ -383,7 +390,7 @@ ansible_facts:
             time_scale:
               description:
                 - Wall seconds per modelled second reported by the embedded engine (C(llmops_sim.time_scale)
-                  in its server info); null for real servers.
+                  in its server info), else O(time_scale); null for real servers.
               type: float
               sample: 0.02
             metrics:
@@ -631,6 +638,13 @@ ansible_facts:
               C(itl_ms_mean), C(start_s) and C(end_s) (seconds since the sweep started).
           type: list
           elements: dict
+        records_t0_unix:
+          description:
+            - When the sweep started, in Unix seconds (wall clock) - the origin of the records'
+              C(start_s) and C(end_s), so that sweeps run at the same time (other hosts, other
+              instances) can be merged on one clock.
+          type: float
+          sample: 1796100900.123456
 skipped:
   description: True in check mode (no request sent).
   returned: check mode
@@ -713,6 +727,7 @@ def main() -> None:
             "watch_pid": {"type": "int"},
             "progress_file": {"type": "path"},
             "progress_labels": {"type": "dict"},
+            "time_scale": {"type": "float"},
             "client_processes": {"type": "raw", "default": 1},
         },
         mutually_exclusive=[("requests", "duration")],
