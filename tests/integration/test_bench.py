@@ -227,8 +227,10 @@ def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_leve
     proc = None
     try:
         assert dep.play("deploy.yml", profile="mtp").rc == 0
-        proc = dep.start("bench.yml", sglang_bench_concurrency=[1, 2, 4], sglang_bench_max_tokens=192,
-                         sglang_bench_run_id="watch", sglang_bench_progress_poll=0.3,
+        # levels of a few wall seconds each (32 requests of 256 tokens at time scale 0.05): longer
+        # than one look of sweep_wait (two module runs) on a busy machine
+        proc = dep.start("bench.yml", sglang_bench_concurrency=[1, 2, 4], sglang_bench_max_tokens=256,
+                         sglang_bench_requests=32, sglang_bench_run_id="watch", sglang_bench_progress_poll=0.2,
                          sglang_bench_reports_dir=str(reports))
         out: list[str] = []
         reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
