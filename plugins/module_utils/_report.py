@@ -88,6 +88,17 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("server_ttft_mean_ms", "server.ttft_ms_mean"),
     ("server_itl_mean_ms", "server.itl_ms_mean"),
     ("server_e2e_mean_s", "server.e2e_s_mean"),
+    ("server_running_mean", "server_metrics.running_mean"),
+    ("server_running_max", "server_metrics.running_max"),
+    ("server_queued_mean", "server_metrics.queued_mean"),
+    ("server_queued_max", "server_metrics.queued_max"),
+    ("server_token_usage_max", "server_metrics.token_usage_max"),
+    ("server_spec_accept_length", "server_metrics.spec_accept_length"),
+    ("server_spec_accept_rate", "server_metrics.spec_accept_rate"),
+    ("server_cache_hit_rate", "server_metrics.cache_hit_rate"),
+    ("server_cache_hit_rate_device", "server_metrics.cache_hit_rate_device"),
+    ("server_cache_hit_rate_host", "server_metrics.cache_hit_rate_host"),
+    ("server_retracted_max", "server_metrics.retracted_max"),
     ("drift_first_half_tok_s", "drift.first_half_tok_s"),
     ("drift_second_half_tok_s", "drift.second_half_tok_s"),
     ("drift_ratio", "drift.ratio"),
@@ -386,6 +397,48 @@ def render_server_table(sweep: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
+SERVER_METRICS_HEADER: tuple[str, ...] = (
+    "C", "output tok/s", "running mean/max", "queued mean/max", "token usage max", "accept length",
+    "accept rate", "cache hit (device/host)", "retracted max",
+)
+
+
+def _pair(metrics: dict[str, Any], first: str, second: str, decimals: int = 1) -> str:
+    a, b = metrics.get(first), metrics.get(second)
+    return "-" if a is None and b is None else f"{_fmt(a, decimals)} / {_fmt(b, 0 if second.endswith('max') else decimals)}"
+
+
+def render_server_metrics_table(sweep: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """"Server during each level": what the server's /metrics said beside the client's tok/s
+    (running and queued requests sampled while the level ran, KV usage, accept length, cache
+    hits, retractions), and one line per field the release did not report. None when no level
+    has it."""
+    points = [p for p in _points(sweep) if isinstance(p.get("server_metrics"), dict)]
+    if not points:
+        return None
+    lines = [_row(SERVER_METRICS_HEADER), _row(["---"] * len(SERVER_METRICS_HEADER))]
+    reasons: dict[str, set[str]] = {}
+    for point in points:
+        m = point["server_metrics"]
+        for key, why in (m.get("notes") or {}).items():
+            reasons.setdefault(why, set()).add(key)
+        lines.append(_row([
+            _fmt_count(point.get("concurrency")) + (f" {ERROR_MARK}" if _failed(point) else ""),
+            _fmt(point.get("output_tok_s")),
+            _pair(m, "running_mean", "running_max"),
+            _pair(m, "queued_mean", "queued_max"),
+            _fmt(m.get("token_usage_max"), 3),
+            _fmt(m.get("spec_accept_length"), 2),
+            _fmt(m.get("spec_accept_rate"), 2),
+            _pair(m, "cache_hit_rate_device", "cache_hit_rate_host", 2).replace(" / ", "/")
+            if m.get("cache_hit_rate_device") is not None or m.get("cache_hit_rate_host") is not None
+            else _fmt(m.get("cache_hit_rate"), 2),
+            _fmt_count(m.get("retracted_max")),
+        ]))
+    notes = [f"{', '.join(sorted(keys))}: {why}." for why, keys in sorted(reasons.items())]
+    return "\n".join(lines), notes
+
+
 def render_notes(sweep: dict[str, Any]) -> list[str]:
     """Lines under the findings: failed requests, level warm-up, drift, and what ``n/m``
     stands for."""
@@ -531,6 +584,16 @@ def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
             + (", in the GPU time the engine models" if modelled else ", as the server timed it") + "):"
         )
         parts.append(server)
+    during = render_server_metrics_table(sweep)
+    if during is not None:
+        parts.append(
+            "Server during each level (its /metrics: running and queued requests sampled while the level "
+            "ran, mean / max; KV token usage; speculative accept length and rate; prefix-cache hits; "
+            "retractions):"
+        )
+        parts.append(during[0])
+        if during[1]:
+            parts.append("Not shown: " + " ".join(during[1]))
     parts.extend(render_notes(sweep))
     return "\n\n".join(parts)
 

@@ -35,12 +35,12 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo
+from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo, _servermetrics
 from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import Interrupts
 from ansible_collections.llmops.sglang.plugins.module_utils._sweepworkers import (
     ClientPool,
@@ -1291,15 +1291,20 @@ class _Probe:
                 break  # unreachable: no point trying the other name
         return {**server_summary({}), "ok": False, "path": None, "error": error, "at": utc_now_iso()}
 
-    async def metrics(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
-        """The server's latency histograms from /metrics (parse_histograms), or (None, why)."""
+    async def metrics_text(self) -> tuple[str | None, str | None]:
+        """The /metrics text, or (None, why)."""
         try:
             async with self.session.get(self.opts.url + METRICS_PATH, timeout=self.timeout) as resp:
                 if resp.status != 200:
                     return None, f"HTTP {resp.status}"
-                return parse_histograms(await resp.text()), None
+                return await resp.text(), None
         except (*_TIMEOUTS, aiohttp.ClientError, OSError, ValueError) as exc:
             return None, f"{type(exc).__name__}: {exc}"
+
+    async def metrics(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
+        """The server's latency histograms from /metrics (parse_histograms), or (None, why)."""
+        text, error = await self.metrics_text()
+        return (None, error) if text is None else (parse_histograms(text), None)
 
     async def model(self) -> tuple[str | None, str | None]:
         status, obj, error = await self.get_json("/v1/models")
@@ -1630,6 +1635,8 @@ class _SweepRun:
         self.after: dict[str, Any] = {}
         self.warm_ok = 0
         self.current: int | None = None  # the level in progress
+        self.scrape: dict[str, Any] | None = None  # the last /metrics read (_servermetrics.parse)
+        self.on_level: Callable[[dict[str, Any]], None] | None = None  # told of each finished level
         # client processes per level (docs/sweep.md "Several client processes"); auto starts at 1
         self.processes = max(opts.client_processes, 1)
         self.pool: ClientPool | None = None  # started at the first level that needs it
@@ -1661,8 +1668,8 @@ class _SweepRun:
         """/metrics histograms; a server without /metrics is asked once."""
         if self.metrics_ok is False:
             return None
-        parsed, error = await self.probe.metrics()
-        if parsed is None:
+        text, error = await self.probe.metrics_text()
+        if text is None:
             if self.metrics_ok is None:
                 self.metrics_ok = False
                 self.warnings.append(
@@ -1673,7 +1680,29 @@ class _SweepRun:
                 self.warnings.append(f"{METRICS_PATH} unreadable {when} ({error}): no server-side latency there")
             return None
         self.metrics_ok = True
-        return parsed
+        self.scrape = _servermetrics.parse(text)
+        return parse_histograms(text)
+
+    async def sample_metrics(self, samples: _servermetrics.GaugeSamples) -> None:
+        """Read /metrics every sample interval while a level runs (cancelled when it ends; one
+        read at a time, each bounded by the probe timeout), for its gauges' mean and max."""
+        interval = _servermetrics.sample_interval(self.before.get("time_scale"))
+        while True:
+            await asyncio.sleep(interval)
+            text, _ = await self.probe.metrics_text()
+            if text is not None:
+                samples.add(_servermetrics.parse(text))
+
+    async def sampled_level(self, level: int, concurrency: int, deadline: float,
+                            samples: _servermetrics.GaugeSamples | None) -> LevelRun:
+        """``run_clients`` with /metrics sampled beside it (when the server serves /metrics)."""
+        sampler = asyncio.ensure_future(self.sample_metrics(samples)) if samples is not None else None
+        try:
+            return await self.run_clients(level, concurrency, deadline)
+        finally:
+            if sampler is not None:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
 
     async def initial_warmup(self) -> None:
         """``warmup`` requests one after the other before the first level, not measured."""
@@ -1718,8 +1747,10 @@ class _SweepRun:
         if self.client is None:
             raise AssertionError("the client is made before the levels")
         metrics_before = await _within(self.metrics_snapshot(f"before C={concurrency}"), self.deadline, None)
+        scrape_before = self.scrape if metrics_before is not None else None
+        samples = _servermetrics.GaugeSamples() if metrics_before is not None else None
         deadline = min(time.perf_counter() + self.opts.level_timeout, self.deadline)
-        run = await self.run_clients(level, concurrency, deadline)
+        run = await self.sampled_level(level, concurrency, deadline, samples)
         metrics_after = (
             await _within(self.metrics_snapshot(f"after C={concurrency}"), self.deadline, None)
             if metrics_before is not None else None
@@ -1731,6 +1762,8 @@ class _SweepRun:
         point["level_warmup"] = warm
         if metrics_before is not None and metrics_after is not None:
             point["server"] = server_latency(metrics_before, metrics_after)
+        point["server_metrics"] = (_servermetrics.level_metrics(scrape_before, self.scrape, samples)
+                                   if samples is not None and metrics_after is not None else None)
         point["server_after"] = {k: self.after.get(k) for k in (
             "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
         )}
@@ -1756,6 +1789,8 @@ class _SweepRun:
             if self.opts.client_processes == 0:
                 point, run, deadline = await self.escalate(level, concurrency, warm, point, run, deadline)
             self.points.append(point)
+            if self.on_level is not None:
+                self.on_level(point)
             if self.opts.return_records:
                 self.records.extend(trace_record(t, self.t0) for t in run.traces)
             if run.timed_out and deadline >= self.deadline:
@@ -1922,9 +1957,13 @@ def open_session(opts: SweepOptions) -> Any:
     return aiohttp.ClientSession(connector=connector, headers=headers, read_bufsize=READ_BUFSIZE)
 
 
-async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
-                     output_fd: int | None = None) -> dict[str, Any]:
+async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None,
+                     on_level: Callable[[dict[str, Any], Any], None] | None = None) -> dict[str, Any]:
     """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1).
+
+    ``on_level(point, time_scale)`` is called with each level as it finishes (the point as
+    measured, in wall-clock time; ``time_scale`` from /server_info, None on a real server):
+    the module's progress lines. An exception there stops the sweep.
 
     It stops at once, raising SweepInterrupted, on one of ``signals``, when the reader of
     ``output_fd`` is gone or when ``options.watch_pid`` is gone (``_interrupt.Interrupts``).
@@ -1942,6 +1981,9 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
     try:
         async with open_session(opts) as session:
             sweep = _SweepRun(opts, session)
+            if on_level is not None:
+                run = sweep
+                sweep.on_level = lambda point: on_level(point, run.before.get("time_scale"))
             try:
                 await sweep.run()
             finally:
@@ -1965,6 +2007,7 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
     return _result(sweep, started, finished, scale, time_base)
 
 
-def run_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None) -> dict[str, Any]:
+def run_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None,
+              on_level: Callable[[dict[str, Any], Any], None] | None = None) -> dict[str, Any]:
     """Synchronous entry: run the sweep in a fresh event loop (``arun_sweep``)."""
-    return asyncio.run(arun_sweep(options, signals, output_fd))
+    return asyncio.run(arun_sweep(options, signals, output_fd, on_level))

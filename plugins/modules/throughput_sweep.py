@@ -198,6 +198,20 @@ options:
       - A sweep that is not async needs none of this; it stops on SIGINT, SIGTERM and SIGHUP and
         when the reader of its result (the local connection's worker, sshd) goes away.
     type: int
+  progress_file:
+    description:
+      - A file on the machine running the module to which one JSON line is appended per finished
+        level (host, instance and profile from O(progress_labels), concurrency, output tok/s, TTFT
+        p50, errors, status, the server's running and queued maxima), as the level finishes; created
+        with mode 0600, never through a symbolic link. Lines already written stay when the sweep is
+        interrupted.
+      - The bench role points it at a temporary file that its C(llmops.sglang.sweep_wait) action
+        reads while the job runs (C(async)), copies to C(reports/<run id>/progress.jsonl) and prints.
+    type: path
+  progress_labels:
+    description:
+      - Labels copied into each progress line; keys C(host), C(instance) and C(profile) are used.
+    type: dict
   model:
     description:
       - Model name sent in requests. Defaults to the first model that C(/v1/models) lists.
@@ -557,6 +571,21 @@ ansible_facts:
                 - Wall-clock server time on a real server; modelled GPU time on the time-scaled
                   embedded engine.
               type: dict
+            server_metrics:
+              description:
+                - What the server's C(/metrics) said about the level (null without C(/metrics)),
+                  from counters read before and after it and gauges sampled every 0.5 s while it ran (in
+                  the modelled time on the time-scaled engine, at least 50 ms apart). C(samples),
+                  C(running_mean), C(running_max), C(queued_mean), C(queued_max),
+                  C(token_usage_mean), C(token_usage_max) (KV pool), C(spec_accept_length)
+                  (generated tokens per verify call), C(spec_accept_rate), C(cache_hit_rate)
+                  (cached / prompt tokens), C(cache_hit_rate_device), C(cache_hit_rate_host)
+                  (HiCache host pool), C(hicache_host_usage_max), C(retracted_max).
+                - A field the release does not serve (or that does not apply, such as the accept
+                  length without speculative decoding) is null and C(notes) says why
+                  (C(not reported by this release), C(speculative decoding off), ...).
+                  See docs/sweep.md.
+              type: dict
             latency_measurable:
               description:
                 - Time-scaled engine only (null otherwise). False when some client latency
@@ -633,6 +662,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _progress
 from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (
     DEFAULT_CONCURRENCY,
@@ -695,6 +725,8 @@ def main() -> None:
             "max_concurrency": {"type": "int", "default": MAX_CONCURRENCY},
             "fail_on_errors": {"type": "bool", "default": False},
             "watch_pid": {"type": "int"},
+            "progress_file": {"type": "path"},
+            "progress_labels": {"type": "dict"},
             "time_scale": {"type": "float"},
             "client_processes": {"type": "raw", "default": 1},
         },
@@ -706,12 +738,21 @@ def main() -> None:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")
     if not HAS_AIOHTTP:
         module.fail_json(msg=missing_aiohttp_message(sys.executable))
+    progress = params.pop("progress_file")
+    labels = params.pop("progress_labels") or {}
     options = SweepOptions(**{name: params[name] for name in params})
+
+    def on_level(point: dict[str, Any], time_scale: Any) -> None:
+        if progress:
+            _progress.append(progress, _progress.record(point, labels, time_scale))
+
     try:
         # stdout: the result's way back; when its reader is gone, so is whoever wanted the sweep
-        facts = run_sweep(options, signals=STOP_SIGNALS, output_fd=1)
+        facts = run_sweep(options, signals=STOP_SIGNALS, output_fd=1, on_level=on_level)
     except SweepError as exc:
         module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"cannot write the progress file {progress}: {exc}")
     for warning in facts.get("warnings") or []:
         module.warn(warning)
     if params["fail_on_errors"] and facts.get("levels_with_errors"):
