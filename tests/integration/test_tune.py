@@ -60,6 +60,9 @@ def test_tune_on_seed_finds_mtp_hicache_writes_it_back_and_deploy_uses_it(tmp_pa
         rows = list(csv.DictReader((folder / "tune.csv").open()))
         assert {r["candidate"] for r in rows} == set(results)
         assert {"throughput.png", "profiles.png", "summary.md"} <= {p.name for p in folder.iterdir()}
+        # the bench role's progress lines of every candidate's levels land in the same folder
+        progress = [json.loads(line) for line in (folder / "progress.jsonl").read_text().splitlines()]
+        assert len(progress) == sum(len(r["sweep"]["points"]) for r in results.values())
 
         # group_vars/sglang_servers.yml is a file (a folder beside it would hide it): host_vars
         assert not (dep.inventory / "group_vars" / "sglang_servers").exists()
