@@ -219,3 +219,21 @@ def test_report_shows_the_server_during_each_level_beside_the_client() -> None:
     _, notes = _report.render_server_metrics_table(dense)
     assert "spec_accept_length, spec_accept_rate: speculative decoding off." in notes
     assert _report.render_server_metrics_table({"points": [{"concurrency": 1}]}) is None
+
+
+def test_a_whole_sweep_on_real_0_5_17_between_two_recorded_scrapes() -> None:
+    """Device run 5: the scrapes after the cold and after the warm sweep of one real server
+    (NEXTN MTP, random weights: drafts are rejected, accept length just above 1)."""
+    before = sm.parse((METRICS / "sglang-0.5.17-h200-hybrid-after-sweep-real.txt").read_text())
+    after = sm.parse((METRICS / "sglang-0.5.17-h200-hybrid-after-sweep-warm.txt").read_text())
+    assert sm.spec_enabled(after)
+    samples = sm.GaugeSamples()
+    samples.add(after)
+    out = sm.level_metrics(before, after, samples)
+    assert out is not None
+    assert sm.total(after, "num_requests_total") - sm.total(before, "num_requests_total") == 483
+    assert out["spec_accept_length"] == round((228776 - 117976) / (227778 - 117463), 3) == 1.004
+    assert out["running_max"] == 0.0 and out["queued_max"] == 0.0  # idle when scraped
+    assert out["hicache_host_usage_max"] == round(19488 / 345798, 4)
+    assert out["cache_hit_rate_device"] == out["cache_hit_rate_host"] == 0.0  # no prefix hit (hybrid)
+    assert out["spec_accept_rate"] is None and "spec_accept_rate" in out["notes"]  # gauge idle: not averaged
