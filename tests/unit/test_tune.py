@@ -237,3 +237,12 @@ def test_report_has_every_candidate_the_path_and_the_reasons() -> None:
                                                                                     ("mtp", "1", "pruned")]
     data = json.loads(files["tune.json"])
     assert data["rtx"]["fact"]["candidate"] == "mtp_hicache" and "records" not in data["rtx"]["results"][0]["sweep"]
+
+
+def test_why_reads_the_servers_per_level_metrics_when_points_carry_them() -> None:
+    cands = _tune.candidates({"profiles": ["mtp_hicache", "baseline"]})
+    metrics = {"running_max": 19, "queued_max": 13, "retracted_max": 0, "spec_accept_length": None}
+    results = _run(cands, {"mtp_hicache": (SEED_MTP_HICACHE, 9), "baseline": ([(1, 27.7), (4, 105.0), (8, 196.0)], 19)})
+    results[1]["sweep"]["points"][-1]["server_metrics"] = metrics  # C=8, its peak
+    why = _tune.choose(results, NO_SLO)["why"]["baseline"]
+    assert why.endswith("running requests capped at 19, max running 19 at C=8, max queued 13 at C=8")
