@@ -221,6 +221,8 @@ def test_4_unreachable_host_is_reported_and_the_rest_rolls_on(fleet: Fleet) -> N
     fleet.stop_sshd("server3")
     run = _deploy(fleet, "D", sglang_rollout_max_fail_percent=34)
     assert run.host("server3")["unreachable"] == 1, (run.recap, run.out[-5000:])
+    # the routers' play fails rather than drop the workers of a host it could not read
+    assert run.rc != 0 and "the deployment of server3 was not read" in run.out, run.out[-5000:]
     for name in ("server1", "server2"):
         assert run.host(name)["failed"] == 0 and run.host(name)["changed"] > 0, (run.recap, run.out[-5000:])
     after = _state(fleet)
