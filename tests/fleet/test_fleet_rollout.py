@@ -243,7 +243,7 @@ def test_6_two_host_tp_group(fleet: Fleet) -> None:
         fleet.set_groups(name, ["sglang_servers", "tp_pair"])
     fleet.set_hostvars(["server1", "server2"], sglang_tp_group="tp_pair", sglang_tp_size=4)
     run = fleet.play("deploy.yml", profile="baseline")
-    assert run.rc == 0, run.out[-5000:]
+    assert run.rc == 0, run.out[-3000:] + _logs(fleet, "server1") + _logs(fleet, "server2")
     (rank0,) = fleet.manifest("server1")["instances"]
     (rank1,) = fleet.manifest("server2")["instances"]
     assert (rank0["rank0"], rank1["rank0"]) == (True, False), (rank0, rank1)
@@ -262,6 +262,14 @@ def test_6_two_host_tp_group(fleet: Fleet) -> None:
     logs = "".join(p.read_text(errors="replace") for p in fleet.hosts["server2"].base_dir.glob("**/*.log"))
     assert logs and "SIGTERM received on node_rank 1" not in logs, logs[-3000:]
     assert fleet.server_processes() == {} or _settle(fleet)
+
+
+def _logs(fleet: Fleet, name: str, lines: int = 40) -> str:
+    """The last lines of every server log of a host (for an assertion message)."""
+    out = ""
+    for path in sorted(fleet.hosts[name].base_dir.glob("*/*.log")):
+        out += f"\n--- {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return out
 
 
 def _settle(fleet: Fleet, timeout: float = 10) -> bool:
