@@ -17,6 +17,7 @@ docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -33,6 +34,8 @@ from .load import LoadClient
 # every version differs in one flag, so that each rollout restarts every instance it reaches
 VERSIONS = {"A": {}, "B": {"--watchdog-timeout": 600}, "C": {"--watchdog-timeout": 900},
             "D": {"--watchdog-timeout": 1200}}
+SWEEP = {"sglang_bench_concurrency": [1], "sglang_bench_requests": 2, "sglang_bench_max_tokens": 8,
+         "sglang_bench_warmup": 1, "sglang_bench_run_on": "host"}
 BROKEN_ENV = {"LLMOPS_SIM_HOST_MEM_AVAILABLE_GB": "not-a-number"}  # the engine exits at start
 DONE: dict[str, bool] = {}
 
@@ -127,15 +130,26 @@ def test_1_full_rollout_then_load_through_the_router(fleet: Fleet, capsys: pytes
     assert _wait_router(fleet, expected) == expected, fleet.router_workers()
     assert fleet.get(fleet.router_url() + "/readiness") == 200
 
-    # TODO(benchrouter): once `bench.yml -e sglang_bench_target=router` is on main, run it here
-    # (fleet.play("bench.yml", sglang_bench_target="router", ...)) and check its through-router
-    # and fleet-total results; until then, a bounded load client of our own through the router.
+    # bench.yml through the router: every worker swept, then the router with the same level,
+    # one report with workers, fleet total and router side by side
+    reports = fleet.reports_dir
+    bench = fleet.play("bench.yml", sglang_bench_target="router", sglang_bench_reports_dir=str(reports),
+                       sglang_bench_run_id="router", **SWEEP)
+    assert bench.rc == 0, bench.out[-5000:]
+    router_doc = json.loads((reports / "router" / f"{fleet.routers[0].name}_router_baseline.json").read_text())
+    point = router_doc["sweep"]["points"][0]
+    assert router_doc["meta"]["role"] == "router" and point["ok"] == SWEEP["sglang_bench_requests"], point
+    assert point["error_rate"] == 0, point
+    views = [row["view"] for row in csv.DictReader((reports / "router" / "fleet.csv").open())]
+    assert views.count("worker") == 2 * len(fleet.servers) and views.count("fleet") == 1 and "router" in views, views
+    # and a bounded load of our own through the router, counted request by request
     client = _load(fleet, requests=120)
     assert len(client.records) == 120 and client.failures() == [], client.failures()[:5]
     assert sum(r.tokens for r in client.records) > 0
     _report(fleet, "full-rollout", {"deploy_seconds": run.seconds, "load": client.dump()})
     with capsys.disabled():
-        print(f"\n[1] deploy.yml (3 hosts x 2 instances + router) {run.seconds:.1f} s; "
+        print(f"\n[1] deploy.yml (3 hosts x 2 instances + router) {run.seconds:.1f} s; bench.yml through the "
+              f"router {bench.seconds:.1f} s; "
               f"{len(client.records)} requests through the router, {len(client.failures())} failed")
     DONE["full"] = True
 
