@@ -7,7 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _report
+from ansible_collections.llmops.sglang.plugins.module_utils import _fleet, _report
 
 
 def _sweeps_by_instance(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -48,6 +48,16 @@ def _report_items(sweeps: dict[str, Any], manifest: dict[str, Any], host: str) -
     return items
 
 
+def _router_report_items(sweeps: list[dict[str, Any]], host: str, url: str,
+                         workers: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A router's sweeps (sglang_sweep facts) -> [{meta, sweep}] items for sweep_report, the
+    meta marking them as a router's (``_fleet.router_meta``) next to the workers' items."""
+    if not isinstance(sweeps, list):
+        raise AnsibleFilterError(f"router_report_items: expected a list of sweeps, got {type(sweeps).__name__}")
+    meta = _fleet.router_meta(str(host), str(url), workers or [])
+    return [{"meta": dict(meta), "sweep": sweep} for sweep in sweeps]
+
+
 def _sweep_failures(items: list[dict[str, Any]]) -> list[str]:
     """Report items ({meta, sweep}) -> one line per instance whose levels had failed requests."""
     try:
@@ -61,4 +71,4 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"sweeps_by_instance": _sweeps_by_instance, "report_items": _report_items,
-                "sweep_failures": _sweep_failures}
+                "router_report_items": _router_report_items, "sweep_failures": _sweep_failures}

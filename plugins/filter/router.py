@@ -15,10 +15,10 @@ from ansible_collections.llmops.sglang.plugins.module_utils._router import Route
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _routing
 
 
-def _router_layout(base_dir: str, host: str, port: int | str) -> dict[str, Any]:
-    """The router's files, service names and connect URL (``_layout``, the one owner)."""
+def _router_layout(base_dir: str, host: str, port: int | str, host_address: str | None = None) -> dict[str, Any]:
+    """The router's files, service names, connect and advertise URLs (``_layout``, the one owner)."""
     try:
-        return _layout.router_layout(str(base_dir), str(host), int(port))
+        return _layout.router_layout(str(base_dir), str(host), int(port), str(host_address) if host_address else None)
     except (TypeError, ValueError) as err:
         raise AnsibleFilterError(f"router_layout: {err}") from err
 

@@ -95,15 +95,18 @@ def router_paths(base_dir: str) -> dict[str, str]:
     }
 
 
-def router_layout(base_dir: str, bind: str | None, port: int) -> dict[str, object]:
+def router_layout(base_dir: str, bind: str | None, port: int,
+                  host_address: str | None = None) -> dict[str, object]:
     """The router's files (``router_paths``), its service names (``unit``: the systemd unit,
-    ``service``: the detached service and its marker) and ``connect_url``, where a client on
-    the router's own host reaches it (a wildcard bind on loopback, as for an instance)."""
+    ``service``: the detached service and its marker), ``connect_url``, where a client on
+    the router's own host reaches it (a wildcard bind on loopback, as for an instance), and
+    ``advertise_url``, where other hosts do (``advertise_url``; None on loopback only)."""
     return {
         "paths": router_paths(base_dir),
         "unit": ROUTER_UNIT,
         "service": ROUTER_SERVICE,
         "connect_url": connect_url(bind, port),
+        "advertise_url": advertise_url(bind, port, host_address),
     }
 
 

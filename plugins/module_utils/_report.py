@@ -11,6 +11,9 @@ url) and ``sweep`` is the ``ansible_facts.sglang_sweep`` that ``throughput_sweep
 - ``summary.csv``: one row per instance x concurrency level, scalar fields flattened;
 - ``summary.md``: per instance the seed-style table, peak/knee line, profile comparison;
 - ``throughput.png``, ``latency.png`` and, with several profiles, ``profiles.png``;
+- with a router's sweep among the items (``meta.role: router``): ``fleet.csv`` and
+  ``fleet.json``, the side-by-side rows of ``_fleet`` (per worker, fleet total merged from the
+  raw records, through the router), also a section of ``summary.md``;
 
 and a relative ``latest`` symlink beside the folder. Every field of the sweep is optional
 here: a missing value is shown as ``-`` and never stops the report.
@@ -25,6 +28,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _fleet
 
 MISSING = "-"
 NOT_MEASURABLE = "n/m"
@@ -83,6 +88,17 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("server_ttft_mean_ms", "server.ttft_ms_mean"),
     ("server_itl_mean_ms", "server.itl_ms_mean"),
     ("server_e2e_mean_s", "server.e2e_s_mean"),
+    ("server_running_mean", "server_metrics.running_mean"),
+    ("server_running_max", "server_metrics.running_max"),
+    ("server_queued_mean", "server_metrics.queued_mean"),
+    ("server_queued_max", "server_metrics.queued_max"),
+    ("server_token_usage_max", "server_metrics.token_usage_max"),
+    ("server_spec_accept_length", "server_metrics.spec_accept_length"),
+    ("server_spec_accept_rate", "server_metrics.spec_accept_rate"),
+    ("server_cache_hit_rate", "server_metrics.cache_hit_rate"),
+    ("server_cache_hit_rate_device", "server_metrics.cache_hit_rate_device"),
+    ("server_cache_hit_rate_host", "server_metrics.cache_hit_rate_host"),
+    ("server_retracted_max", "server_metrics.retracted_max"),
     ("drift_first_half_tok_s", "drift.first_half_tok_s"),
     ("drift_second_half_tok_s", "drift.second_half_tok_s"),
     ("drift_ratio", "drift.ratio"),
@@ -99,6 +115,24 @@ CSV_HEADER: tuple[str, ...] = tuple(name for name, _ in CSV_COLUMNS)
 TABLE_HEADER: tuple[str, ...] = (
     "C", "n", "ok", "err", "output tok/s", "avg_out", "wall s",
     "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms",
+)
+
+
+FLEET_FILES = ("fleet.csv", "fleet.json")
+# summary.md fleet table: (header, row key, decimals; None = a count)
+FLEET_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("in flight", "in_flight", None),
+    ("n", "requests", None),
+    ("ok", "ok", None),
+    ("err", "err", None),
+    ("output tok/s", "output_tok_s", 1),
+    ("req/s", "req_s", 2),
+    ("window s", "window_s", 1),
+    ("TTFT p50 ms", "ttft_p50_ms", 1),
+    ("TTFT p99 ms", "ttft_p99_ms", 1),
+    ("ITL mean ms", "itl_mean_ms", 2),
+    ("e2e p50 s", "e2e_p50_s", 2),
+    ("e2e p99 s", "e2e_p99_s", 2),
 )
 
 
@@ -363,6 +397,48 @@ def render_server_table(sweep: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
+SERVER_METRICS_HEADER: tuple[str, ...] = (
+    "C", "output tok/s", "running mean/max", "queued mean/max", "token usage max", "accept length",
+    "accept rate", "cache hit (device/host)", "retracted max",
+)
+
+
+def _pair(metrics: dict[str, Any], first: str, second: str, decimals: int = 1) -> str:
+    a, b = metrics.get(first), metrics.get(second)
+    return "-" if a is None and b is None else f"{_fmt(a, decimals)} / {_fmt(b, 0 if second.endswith('max') else decimals)}"
+
+
+def render_server_metrics_table(sweep: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """"Server during each level": what the server's /metrics said beside the client's tok/s
+    (running and queued requests sampled while the level ran, KV usage, accept length, cache
+    hits, retractions), and one line per field the release did not report. None when no level
+    has it."""
+    points = [p for p in _points(sweep) if isinstance(p.get("server_metrics"), dict)]
+    if not points:
+        return None
+    lines = [_row(SERVER_METRICS_HEADER), _row(["---"] * len(SERVER_METRICS_HEADER))]
+    reasons: dict[str, set[str]] = {}
+    for point in points:
+        m = point["server_metrics"]
+        for key, why in (m.get("notes") or {}).items():
+            reasons.setdefault(why, set()).add(key)
+        lines.append(_row([
+            _fmt_count(point.get("concurrency")) + (f" {ERROR_MARK}" if _failed(point) else ""),
+            _fmt(point.get("output_tok_s")),
+            _pair(m, "running_mean", "running_max"),
+            _pair(m, "queued_mean", "queued_max"),
+            _fmt(m.get("token_usage_max"), 3),
+            _fmt(m.get("spec_accept_length"), 2),
+            _fmt(m.get("spec_accept_rate"), 2),
+            _pair(m, "cache_hit_rate_device", "cache_hit_rate_host", 2).replace(" / ", "/")
+            if m.get("cache_hit_rate_device") is not None or m.get("cache_hit_rate_host") is not None
+            else _fmt(m.get("cache_hit_rate"), 2),
+            _fmt_count(m.get("retracted_max")),
+        ]))
+    notes = [f"{', '.join(sorted(keys))}: {why}." for why, keys in sorted(reasons.items())]
+    return "\n".join(lines), notes
+
+
 def render_notes(sweep: dict[str, Any]) -> list[str]:
     """Lines under the findings: failed requests, level warm-up, drift, and what ``n/m``
     stands for."""
@@ -508,8 +584,101 @@ def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
             + (", in the GPU time the engine models" if modelled else ", as the server timed it") + "):"
         )
         parts.append(server)
+    during = render_server_metrics_table(sweep)
+    if during is not None:
+        parts.append(
+            "Server during each level (its /metrics: running and queued requests sampled while the level "
+            "ran, mean / max; KV token usage; speculative accept length and rate; prefix-cache hits; "
+            "retractions):"
+        )
+        parts.append(during[0])
+        if during[1]:
+            parts.append("Not shown: " + " ".join(during[1]))
     parts.extend(render_notes(sweep))
     return "\n\n".join(parts)
+
+
+def _fleet_label(meta: dict[str, Any]) -> str:
+    if meta.get("role") == _fleet.ROUTER_ROLE:
+        return f"router {meta.get('host') or '?'}"
+    return f"{meta.get('host') or '?'}/{meta.get('instance') or '?'}"
+
+
+def fleet_rows(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The side-by-side rows (``_fleet.side_by_side``), labelled as in summary.md."""
+    return _fleet.side_by_side(items, _fleet_label)
+
+
+def _fleet_cell(row: dict[str, Any], key: str, decimals: int | None) -> str:
+    if key in (row.get("not_measurable") or []):
+        return NOT_MEASURABLE
+    return _fmt_count(row.get(key)) if decimals is None else _fmt(row.get(key), decimals)
+
+
+def _fleet_view(row: dict[str, Any]) -> str:
+    text = str(row.get("label"))
+    if row.get("view") == "fleet" and row.get("alignment"):
+        text += f" [{row['alignment']}]"
+    if row.get("records_missing"):
+        text += " (no records)"
+    return text
+
+
+def render_fleet_table(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per row: C (``!`` where requests failed), the view, then FLEET_COLUMNS."""
+    header = ["C", "view"] + [name for name, _, _ in FLEET_COLUMNS]
+    lines = [_row(header), _row(["---"] * len(header))]
+    for row in rows:
+        c_cell = _fmt_count(row.get("concurrency")) + (ERROR_MARK if (_num(row.get("err")) or 0) > 0 else "")
+        view = _fleet_view(row)
+        if row.get("view") == "fleet":
+            view = f"**{view}**"
+        lines.append(_row([c_cell, view] + [_fleet_cell(row, k, d) for _, k, d in FLEET_COLUMNS]))
+    return "\n".join(lines)
+
+
+def _fleet_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    notes = []
+    modes = {r.get("alignment") for r in rows if r.get("view") == "fleet"}
+    if _fleet.ALIGNED in modes:
+        notes.append(
+            "[aligned]: the workers were swept one after another; each worker's level is shifted to "
+            "start at 0, so the fleet total is the fleet as if every worker ran that level at the same "
+            "time (sound for workers that share no GPU)."
+        )
+    if _fleet.CLOCK in modes:
+        notes.append("[clock]: the workers' levels ran at the same time; the window is their union on the wall clock.")
+    bases = {r.get("time_base") for r in rows}
+    if len(bases) > 1:
+        notes.append(f"Time bases differ ({', '.join(sorted(str(b) for b in bases))}): these rows are not comparable.")
+    if any(r.get("records_missing") for r in rows):
+        notes.append("(no records): the sweep kept no per-request records (return_records: false).")
+    return notes
+
+
+def render_fleet(items: Sequence[dict[str, Any]]) -> str:
+    """The summary.md section: per worker, fleet total (merged) and through the router."""
+    rows = fleet_rows(items)
+    intro = (
+        "Per level C: each worker swept at C, the fleet total merged from all the workers' "
+        "per-request records at C (N x C requests in flight), and each router swept at C (C in "
+        "flight, spread over its workers). Every row is computed from the raw records by one rule: "
+        "output tok/s = output tokens of completed requests / window (first send to last finish), "
+        "percentiles over all ok requests, ITL mean weighted by tokens. To compare the router with "
+        "the fleet at the same load, read the router at N x C beside the fleet total at C."
+    )
+    parts = ["### Fleet: per worker, fleet total (merged), through the router", intro, render_fleet_table(rows)]
+    parts.extend(_fleet_notes(rows))
+    return "\n\n".join(parts)
+
+
+def fleet_csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """fleet.csv: the rows' fields (``_fleet.ROW_FIELDS``), a not measurable value left empty."""
+    out = []
+    for row in rows:
+        marked = row.get("not_measurable") or []
+        out.append({k: _csv_value(None if k in marked else row.get(k)) for k in _fleet.ROW_FIELDS})
+    return out
 
 
 def profile_summary(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -570,6 +739,8 @@ def render_markdown(items: Sequence[dict[str, Any]], title: str | None = None) -
     sections = [render_instance(i["meta"], i["sweep"]) for i in items]
     if len(profiles_in_order(items)) > 1:
         sections.append("### Profiles (peak output tok/s, baseline = first profile)\n\n" + render_profiles(items))
+    if _fleet.has_router(items):
+        sections.append(render_fleet(items))
     body = "\n\n".join(sections)
     intro = (
         "Columns: C = concurrency, n = requests, ok = completed, err = failed (all kinds), "
@@ -879,7 +1050,26 @@ def plan_files(results: list[dict[str, Any]], out_dir: str) -> list[str]:
     """The data files write_report would write (plots excluded), without writing anything."""
     items = normalize(results)
     out = Path(out_dir)
-    return [str(out / n) for n in _json_names(items)] + [str(out / "summary.csv"), str(out / "summary.md")]
+    fleet = [str(out / n) for n in FLEET_FILES] if _fleet.has_router(items) else []
+    return [str(out / n) for n in _json_names(items)] + [str(out / "summary.csv"), str(out / "summary.md")] + fleet
+
+
+def write_fleet(items: Sequence[dict[str, Any]], out: Path) -> list[str]:
+    """fleet.csv and fleet.json (the rows and how they were made); [] without a router."""
+    if not _fleet.has_router(items):
+        return []
+    rows = fleet_rows(items)
+    csv_path = out / "fleet.csv"
+    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(_fleet.ROW_FIELDS))
+        writer.writeheader()
+        writer.writerows(fleet_csv_rows(rows))
+    os.replace(tmp, csv_path)
+    doc = {"rows": rows, "sources": _json_names(items), "rule": "plugins/module_utils/_fleet.py (docs/reports.md)"}
+    json_path = out / "fleet.json"
+    _write_text(json_path, json.dumps(doc, indent=2) + "\n")
+    return [str(csv_path), str(json_path)]
 
 
 def write_report(
@@ -915,6 +1105,8 @@ def write_report(
         writer.writerows(csv_rows(items))
     os.replace(tmp, csv_path)
     files.append(str(csv_path))
+
+    files.extend(write_fleet(items, out))
 
     md_text, table = render_markdown(items, title)
     md_path = out / "summary.md"

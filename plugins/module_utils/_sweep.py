@@ -35,13 +35,20 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo
+from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo, _servermetrics
 from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import Interrupts
+from ansible_collections.llmops.sglang.plugins.module_utils._sweepworkers import (
+    ClientPool,
+    ClientProcessError,
+    auto_limit,
+    escalation_entry,
+    parse_client_processes,
+)
 
 try:
     import aiohttp
@@ -231,6 +238,10 @@ class SweepOptions:
     max_concurrency: int = MAX_CONCURRENCY
     fail_on_errors: bool = False  # acted on by the module (the sweep itself always returns)
     watch_pid: int | None = None  # stop when this process is gone (the controller's ansible)
+    # the embedded engine's time scale when the server does not report one (a router in front
+    # of engines): the sweep is then converted to modelled time like theirs
+    time_scale: float | None = None
+    client_processes: Any = 1  # client processes per level; 0 or "auto": more when client-limited
 
     def normalized(self) -> SweepOptions:
         """A checked copy: base URL without a trailing / or /v1, levels sorted and deduplicated."""
@@ -273,6 +284,8 @@ class SweepOptions:
                 raise SweepError(f"{name} must be > 0")
         if float(self.plateau_gain) < 0:
             raise SweepError("plateau_gain must be >= 0")
+        if self.time_scale is not None and not float(self.time_scale) > 0:
+            raise SweepError(f"time_scale must be > 0, got {self.time_scale!r}")
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")
@@ -302,6 +315,8 @@ class SweepOptions:
             max_concurrency=int(self.max_concurrency),
             fail_on_errors=bool(self.fail_on_errors),
             watch_pid=None if self.watch_pid is None else int(self.watch_pid),
+            time_scale=None if self.time_scale is None else float(self.time_scale),
+            client_processes=parse_client_processes(self.client_processes),
         )
 
     def requests_for(self, concurrency: int) -> int | None:
@@ -340,6 +355,8 @@ class SweepOptions:
             "max_concurrency": self.max_concurrency,
             "fail_on_errors": self.fail_on_errors,
             "watch_pid": self.watch_pid,
+            "time_scale": self.time_scale,
+            "client_processes": "auto" if self.client_processes == 0 else self.client_processes,
             "api_key_set": bool(self.api_key),
             "knee_share": KNEE_SHARE,
             "client_cpu_limit": CLIENT_CPU_LIMIT,
@@ -1274,15 +1291,20 @@ class _Probe:
                 break  # unreachable: no point trying the other name
         return {**server_summary({}), "ok": False, "path": None, "error": error, "at": utc_now_iso()}
 
-    async def metrics(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
-        """The server's latency histograms from /metrics (parse_histograms), or (None, why)."""
+    async def metrics_text(self) -> tuple[str | None, str | None]:
+        """The /metrics text, or (None, why)."""
         try:
             async with self.session.get(self.opts.url + METRICS_PATH, timeout=self.timeout) as resp:
                 if resp.status != 200:
                     return None, f"HTTP {resp.status}"
-                return parse_histograms(await resp.text()), None
+                return await resp.text(), None
         except (*_TIMEOUTS, aiohttp.ClientError, OSError, ValueError) as exc:
             return None, f"{type(exc).__name__}: {exc}"
+
+    async def metrics(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
+        """The server's latency histograms from /metrics (parse_histograms), or (None, why)."""
+        text, error = await self.metrics_text()
+        return (None, error) if text is None else (parse_histograms(text), None)
 
     async def model(self) -> tuple[str | None, str | None]:
         status, obj, error = await self.get_json("/v1/models")
@@ -1345,6 +1367,19 @@ class _Health:
 
 
 @dataclass
+class LevelShare:
+    """The part of a level one client process runs (_sweepworkers.split_level): ``workers``
+    closed-loop clients with ids from ``worker_offset``, ``requests`` of them (None: duration
+    mode) with request indices ``first_index``, ``first_index + step``, ..."""
+
+    workers: int
+    requests: int | None
+    first_index: int = 0
+    step: int = 1
+    worker_offset: int = 0
+
+
+@dataclass
 class LevelRun:
     level: int
     concurrency: int
@@ -1362,6 +1397,7 @@ async def run_level(
     deadline: float,
     prompts: Sequence[str],
     warmup_tokens: int | None = None,
+    share: LevelShare | None = None,
 ) -> LevelRun:
     """C closed-loop clients: each sends, waits for the end of the response, sends again, until
     the level's request count is used up (or ``duration`` passed); cut at ``deadline``.
@@ -1372,12 +1408,17 @@ async def run_level(
     requests in flight finish one by one and the server runs every batch size from C down
     to 1, as the level's own draining tail will. A real server compiles kernels at the first
     batch of each new shape (seen on an H200: a sweep on a fresh server was 40% slower).
+
+    With ``share``: this process's part of a level spread over several client processes.
     """
     opts = client.opts
     if warmup_tokens is not None:
         total: int | None = max(concurrency, len(prompts))
     else:
         total = opts.requests_for(concurrency)
+    if share is None:
+        share = LevelShare(concurrency, total)
+    total = share.requests
     traces: list[Trace] = []
     counter = {"next": 0}
     t_start = time.perf_counter()
@@ -1392,7 +1433,7 @@ async def run_level(
         if stop_sending_at is not None and time.perf_counter() >= stop_sending_at:
             return None
         counter["next"] = idx + 1
-        return idx
+        return share.first_index + idx * share.step
 
     async def worker(wid: int) -> None:
         while True:
@@ -1406,7 +1447,7 @@ async def run_level(
 
     health = _Health()
     health.start()
-    tasks = [asyncio.ensure_future(worker(w)) for w in range(concurrency)]
+    tasks = [asyncio.ensure_future(worker(share.worker_offset + w)) for w in range(share.workers)]
     remaining = max(0.0, deadline - time.perf_counter())
     try:
         _, pending = await asyncio.wait(tasks, timeout=remaining)
@@ -1577,6 +1618,7 @@ class _SweepRun:
     def __init__(self, opts: SweepOptions, session: Any) -> None:
         self.opts = opts
         self.t0 = time.perf_counter()
+        self.t0_unix = time.time()  # records' start_s/end_s on a clock other sweeps share
         self.deadline = self.t0 + opts.sweep_timeout
         self.warnings: list[str] = []
         self.points: list[dict[str, Any]] = []
@@ -1593,6 +1635,11 @@ class _SweepRun:
         self.after: dict[str, Any] = {}
         self.warm_ok = 0
         self.current: int | None = None  # the level in progress
+        self.scrape: dict[str, Any] | None = None  # the last /metrics read (_servermetrics.parse)
+        self.on_level: Callable[[dict[str, Any]], None] | None = None  # told of each finished level
+        # client processes per level (docs/sweep.md "Several client processes"); auto starts at 1
+        self.processes = max(opts.client_processes, 1)
+        self.pool: ClientPool | None = None  # started at the first level that needs it
 
     def timeout(self, where: str) -> None:
         self.stopped_on_timeout = True
@@ -1621,8 +1668,8 @@ class _SweepRun:
         """/metrics histograms; a server without /metrics is asked once."""
         if self.metrics_ok is False:
             return None
-        parsed, error = await self.probe.metrics()
-        if parsed is None:
+        text, error = await self.probe.metrics_text()
+        if text is None:
             if self.metrics_ok is None:
                 self.metrics_ok = False
                 self.warnings.append(
@@ -1633,7 +1680,29 @@ class _SweepRun:
                 self.warnings.append(f"{METRICS_PATH} unreadable {when} ({error}): no server-side latency there")
             return None
         self.metrics_ok = True
-        return parsed
+        self.scrape = _servermetrics.parse(text)
+        return parse_histograms(text)
+
+    async def sample_metrics(self, samples: _servermetrics.GaugeSamples) -> None:
+        """Read /metrics every sample interval while a level runs (cancelled when it ends; one
+        read at a time, each bounded by the probe timeout), for its gauges' mean and max."""
+        interval = _servermetrics.sample_interval(self.before.get("time_scale"))
+        while True:
+            await asyncio.sleep(interval)
+            text, _ = await self.probe.metrics_text()
+            if text is not None:
+                samples.add(_servermetrics.parse(text))
+
+    async def sampled_level(self, level: int, concurrency: int, deadline: float,
+                            samples: _servermetrics.GaugeSamples | None) -> LevelRun:
+        """``run_clients`` with /metrics sampled beside it (when the server serves /metrics)."""
+        sampler = asyncio.ensure_future(self.sample_metrics(samples)) if samples is not None else None
+        try:
+            return await self.run_clients(level, concurrency, deadline)
+        finally:
+            if sampler is not None:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
 
     async def initial_warmup(self) -> None:
         """``warmup`` requests one after the other before the first level, not measured."""
@@ -1678,17 +1747,23 @@ class _SweepRun:
         if self.client is None:
             raise AssertionError("the client is made before the levels")
         metrics_before = await _within(self.metrics_snapshot(f"before C={concurrency}"), self.deadline, None)
+        scrape_before = self.scrape if metrics_before is not None else None
+        samples = _servermetrics.GaugeSamples() if metrics_before is not None else None
         deadline = min(time.perf_counter() + self.opts.level_timeout, self.deadline)
-        run = await run_level(self.client, level, concurrency, deadline, self.prompts)
+        run = await self.sampled_level(level, concurrency, deadline, samples)
         metrics_after = (
             await _within(self.metrics_snapshot(f"after C={concurrency}"), self.deadline, None)
             if metrics_before is not None else None
         )
         self.after = await _within(self.probe.server_info(), self.deadline, _NO_INFO)
         point = summarize_level(run, short_is_error=self.opts.ignore_eos)
+        point["client_processes"] = min(self.processes, concurrency)
+        point["client_escalation"] = None
         point["level_warmup"] = warm
         if metrics_before is not None and metrics_after is not None:
             point["server"] = server_latency(metrics_before, metrics_after)
+        point["server_metrics"] = (_servermetrics.level_metrics(scrape_before, self.scrape, samples)
+                                   if samples is not None and metrics_after is not None else None)
         point["server_after"] = {k: self.after.get(k) for k in (
             "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
         )}
@@ -1705,13 +1780,17 @@ class _SweepRun:
             if time.perf_counter() >= self.deadline:
                 self.timeout(f"before C={concurrency}")
                 break
-            await _within(self.probe.warm_connections(concurrency), self.deadline, None)
+            await _within(self.warm_clients(concurrency), self.deadline, None)
             warm = await self.level_warmup(level, concurrency)
             if warm is not None and time.perf_counter() >= self.deadline:
                 self.timeout(f"during the warm-up of C={concurrency}")
                 break
             point, run, deadline = await self.measure_level(level, concurrency, warm)
+            if self.opts.client_processes == 0:
+                point, run, deadline = await self.escalate(level, concurrency, warm, point, run, deadline)
             self.points.append(point)
+            if self.on_level is not None:
+                self.on_level(point)
             if self.opts.return_records:
                 self.records.extend(trace_record(t, self.t0) for t in run.traces)
             if run.timed_out and deadline >= self.deadline:
@@ -1720,6 +1799,58 @@ class _SweepRun:
             if self.opts.stop_on_plateau and plateau_reached(self.points, self.opts.plateau_gain):
                 self.stopped_on_plateau = True
                 break
+
+    async def warm_clients(self, concurrency: int) -> None:
+        """Open the level's connections: this process's (for the level warm-up) and, when the
+        level runs in several client processes, each one's share of them."""
+        await self.probe.warm_connections(concurrency)
+        if min(self.processes, concurrency) > 1:
+            try:
+                await self._pool().warm(concurrency, self.processes)
+            except ClientProcessError as exc:
+                raise SweepError(f"{exc}; the sweep stopped (client_processes={self.processes})") from None
+
+    async def run_clients(self, level: int, concurrency: int, deadline: float) -> LevelRun:
+        """The level's C clients: in this process, or spread over ``self.processes``."""
+        if self.client is None:
+            raise AssertionError("the client is made before the levels")
+        if min(self.processes, concurrency) <= 1:
+            return await run_level(self.client, level, concurrency, deadline, self.prompts)
+        try:
+            return await self._pool().run_level(level, concurrency, deadline, self.processes)
+        except ClientProcessError as exc:
+            raise SweepError(f"{exc}; the sweep stopped (client_processes={self.processes})") from None
+
+    def _pool(self) -> ClientPool:
+        if self.pool is None:
+            self.pool = ClientPool(self.opts, self.model)
+        return self.pool
+
+    async def escalate(self, level: int, concurrency: int, warm: dict[str, Any] | None, point: dict[str, Any],
+                       run: LevelRun, deadline: float) -> tuple[dict[str, Any], LevelRun, float]:
+        """Auto mode: measure a client-limited level again with twice the processes (up to the
+        CPUs, and C), until it is not client-limited; the discarded tries stay in the point."""
+        tries: list[dict[str, Any]] = []
+        while point["client_limited"] and self.processes < auto_limit(concurrency):
+            if time.perf_counter() >= self.deadline:
+                break
+            tries.append(escalation_entry(point))
+            self.processes = min(self.processes * 2, auto_limit(concurrency))
+            await _within(self.warm_clients(concurrency), self.deadline, None)
+            point, run, deadline = await self.measure_level(level, concurrency, warm)
+        if tries:
+            point["client_escalation"] = tries
+            self.warnings.append(
+                f"C={concurrency}: client-limited with {tries[0]['processes']} client process(es); measured again "
+                f"with {point['client_processes']} (client_processes: auto)"
+            )
+        return point, run, deadline
+
+    def close_clients(self) -> None:
+        """End the client processes (at once when they are in the middle of a level)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
     async def run(self) -> None:
         await self.resolve_model()
@@ -1815,12 +1946,24 @@ def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base
         "stopped_on_timeout": sweep.stopped_on_timeout,
         "warnings": sweep.warnings,
         "records": sweep.records if opts.return_records else [],
+        "records_t0_unix": round(sweep.t0_unix, 6),
     }
 
 
-async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
-                     output_fd: int | None = None) -> dict[str, Any]:
+def open_session(opts: SweepOptions) -> Any:
+    """The sweep's one session: no connection cap, keep-alive, a large read buffer, the key."""
+    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
+    return aiohttp.ClientSession(connector=connector, headers=headers, read_bufsize=READ_BUFSIZE)
+
+
+async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None,
+                     on_level: Callable[[dict[str, Any], Any], None] | None = None) -> dict[str, Any]:
     """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1).
+
+    ``on_level(point, time_scale)`` is called with each level as it finishes (the point as
+    measured, in wall-clock time; ``time_scale`` from /server_info, None on a real server):
+    the module's progress lines. An exception there stops the sweep.
 
     It stops at once, raising SweepInterrupted, on one of ``signals``, when the reader of
     ``output_fd`` is gone or when ``options.watch_pid`` is gone (``_interrupt.Interrupts``).
@@ -1830,17 +1973,21 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
     opts = options.normalized()
     raise_open_files(max(opts.concurrency))
     started = utc_now_iso()
-    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     guard = Interrupts(signals, output_fd, opts.watch_pid)
     task = asyncio.current_task()
     if task is not None:
         guard.start(task)
     sweep: _SweepRun | None = None
     try:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
-        async with aiohttp.ClientSession(connector=connector, headers=headers, read_bufsize=READ_BUFSIZE) as session:
+        async with open_session(opts) as session:
             sweep = _SweepRun(opts, session)
-            await sweep.run()
+            if on_level is not None:
+                run = sweep
+                sweep.on_level = lambda point: on_level(point, run.before.get("time_scale"))
+            try:
+                await sweep.run()
+            finally:
+                sweep.close_clients()
     except asyncio.CancelledError:
         if guard.reason is None:
             raise
@@ -1851,7 +1998,7 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
         guard.close()
     finished = utc_now_iso()
     srv_info = sweep.after if sweep.after.get("ok") else sweep.before
-    scale = srv_info.get("time_scale") or sweep.before.get("time_scale")
+    scale = srv_info.get("time_scale") or sweep.before.get("time_scale") or sweep.opts.time_scale
     time_base = _convert_time_base(sweep.points, sweep.records, scale, sweep.warnings)
     sweep.warnings.extend(_drift_warnings(sweep.points))
     failed = error_warning(sweep.points)
@@ -1860,6 +2007,7 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (),
     return _result(sweep, started, finished, scale, time_base)
 
 
-def run_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None) -> dict[str, Any]:
+def run_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None,
+              on_level: Callable[[dict[str, Any], Any], None] | None = None) -> dict[str, Any]:
     """Synchronous entry: run the sweep in a fresh event loop (``arun_sweep``)."""
-    return asyncio.run(arun_sweep(options, signals, output_fd))
+    return asyncio.run(arun_sweep(options, signals, output_fd, on_level))

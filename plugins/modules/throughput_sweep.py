@@ -198,6 +198,20 @@ options:
       - A sweep that is not async needs none of this; it stops on SIGINT, SIGTERM and SIGHUP and
         when the reader of its result (the local connection's worker, sshd) goes away.
     type: int
+  progress_file:
+    description:
+      - A file on the machine running the module to which one JSON line is appended per finished
+        level (host, instance and profile from O(progress_labels), concurrency, output tok/s, TTFT
+        p50, errors, status, the server's running and queued maxima), as the level finishes; created
+        with mode 0600, never through a symbolic link. Lines already written stay when the sweep is
+        interrupted.
+      - The bench role points it at a temporary file that its C(llmops.sglang.sweep_wait) action
+        reads while the job runs (C(async)), copies to C(reports/<run id>/progress.jsonl) and prints.
+    type: path
+  progress_labels:
+    description:
+      - Labels copied into each progress line; keys C(host), C(instance) and C(profile) are used.
+    type: dict
   model:
     description:
       - Model name sent in requests. Defaults to the first model that C(/v1/models) lists.
@@ -212,6 +226,28 @@ options:
     description: Verify TLS certificates for C(https://) URLs.
     type: bool
     default: true
+  time_scale:
+    description:
+      - The embedded engine's time scale (wall seconds per modelled second) to assume when the
+        server does not report one, as a router in front of embedded engines does not. The
+        sweep is then converted to the GPU time the engines model, like a sweep of the engines
+        themselves. A scale the server reports wins. Unset for real servers.
+    type: float
+  client_processes:
+    description:
+      - How many client processes run each level. One Python process reads at most about 55-95k
+        streamed chunks per second (one core); a router in front of many workers can serve more.
+      - With N > 1 the level's C clients (and its requests) are split over N processes (at most C),
+        each with its own connections; their raw per-request records are merged into the level's
+        point exactly as one process would summarize them. The point's C(client_processes) says
+        how many ran it.
+      - C(0) or C(auto) starts with one process and, when a level is client-limited, measures that
+        level again with twice the processes, up to the CPUs of the machine running the module
+        (and C); later levels keep that number. The discarded tries are in the point's
+        C(client_escalation).
+      - An integer from 0 to 256, or C(auto).
+    type: raw
+    default: 1
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
@@ -255,6 +291,14 @@ EXAMPLES = r"""
     stop_on_plateau: true
     plateau_gain: 0.05
     sweep_timeout: 3600
+  delegate_to: localhost
+
+# Through a router of many workers: more client processes when one is not enough.
+- name: Sweep a router, adding client processes while a level is client-limited
+  llmops.sglang.throughput_sweep:
+    url: http://router.example:30000
+    concurrency: [64, 256, 1024]
+    client_processes: auto
   delegate_to: localhost
 
 - name: A quick time-boxed check, 60 s per level, no raw records
@@ -346,7 +390,7 @@ ansible_facts:
             time_scale:
               description:
                 - Wall seconds per modelled second reported by the embedded engine (C(llmops_sim.time_scale)
-                  in its server info); null for real servers.
+                  in its server info), else O(time_scale); null for real servers.
               type: float
               sample: 0.02
             metrics:
@@ -480,7 +524,19 @@ ansible_facts:
               description:
                 - C(loop_lag_ms_p99), p99 of how late a 10 ms ticker task ran on the event loop;
                   C(cpu_util), process CPU time / wall time over the level (1.0 = one core busy).
+                - With several client processes, the worst process's figures (each is one event
+                  loop on at most one core).
               type: dict
+            client_processes:
+              description: How many client processes ran the level (O(client_processes), at most C).
+              type: int
+            client_escalation:
+              description:
+                - O(client_processes=auto) only; null otherwise and when the level was measured once.
+                - The discarded client-limited tries of the level, each C(processes),
+                  C(output_tok_s) and C(client), before it was measured again with more processes.
+              type: list
+              elements: dict
             gain_per_doubling:
               description:
                 - (this tok/s / previous level's - 1) / log2(this C / previous C), between levels
@@ -514,6 +570,21 @@ ansible_facts:
                   C(e2e_s_range), the bucket bounds each of p50, p90, p99 lies in.
                 - Wall-clock server time on a real server; modelled GPU time on the time-scaled
                   embedded engine.
+              type: dict
+            server_metrics:
+              description:
+                - What the server's C(/metrics) said about the level (null without C(/metrics)),
+                  from counters read before and after it and gauges sampled every 0.5 s while it ran (in
+                  the modelled time on the time-scaled engine, at least 50 ms apart). C(samples),
+                  C(running_mean), C(running_max), C(queued_mean), C(queued_max),
+                  C(token_usage_mean), C(token_usage_max) (KV pool), C(spec_accept_length)
+                  (generated tokens per verify call), C(spec_accept_rate), C(cache_hit_rate)
+                  (cached / prompt tokens), C(cache_hit_rate_device), C(cache_hit_rate_host)
+                  (HiCache host pool), C(hicache_host_usage_max), C(retracted_max).
+                - A field the release does not serve (or that does not apply, such as the accept
+                  length without speculative decoding) is null and C(notes) says why
+                  (C(not reported by this release), C(speculative decoding off), ...).
+                  See docs/sweep.md.
               type: dict
             latency_measurable:
               description:
@@ -567,6 +638,13 @@ ansible_facts:
               C(itl_ms_mean), C(start_s) and C(end_s) (seconds since the sweep started).
           type: list
           elements: dict
+        records_t0_unix:
+          description:
+            - When the sweep started, in Unix seconds (wall clock) - the origin of the records'
+              C(start_s) and C(end_s), so that sweeps run at the same time (other hosts, other
+              instances) can be merged on one clock.
+          type: float
+          sample: 1796100900.123456
 skipped:
   description: True in check mode (no request sent).
   returned: check mode
@@ -584,6 +662,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _progress
 from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (
     DEFAULT_CONCURRENCY,
@@ -646,6 +725,10 @@ def main() -> None:
             "max_concurrency": {"type": "int", "default": MAX_CONCURRENCY},
             "fail_on_errors": {"type": "bool", "default": False},
             "watch_pid": {"type": "int"},
+            "progress_file": {"type": "path"},
+            "progress_labels": {"type": "dict"},
+            "time_scale": {"type": "float"},
+            "client_processes": {"type": "raw", "default": 1},
         },
         mutually_exclusive=[("requests", "duration")],
         supports_check_mode=True,
@@ -655,12 +738,21 @@ def main() -> None:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")
     if not HAS_AIOHTTP:
         module.fail_json(msg=missing_aiohttp_message(sys.executable))
+    progress = params.pop("progress_file")
+    labels = params.pop("progress_labels") or {}
     options = SweepOptions(**{name: params[name] for name in params})
+
+    def on_level(point: dict[str, Any], time_scale: Any) -> None:
+        if progress:
+            _progress.append(progress, _progress.record(point, labels, time_scale))
+
     try:
         # stdout: the result's way back; when its reader is gone, so is whoever wanted the sweep
-        facts = run_sweep(options, signals=STOP_SIGNALS, output_fd=1)
+        facts = run_sweep(options, signals=STOP_SIGNALS, output_fd=1, on_level=on_level)
     except SweepError as exc:
         module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"cannot write the progress file {progress}: {exc}")
     for warning in facts.get("warnings") or []:
         module.warn(warning)
     if params["fail_on_errors"] and facts.get("levels_with_errors"):

@@ -202,7 +202,8 @@ def test_ctrl_c_stops_parallel_sweeps_at_once(tmp_path: Path) -> None:
         assert _wait_for(lambda: not any(client_pids(p) for p in ports), 5.0), [client_pids(p) for p in ports]
         assert time.monotonic() - interrupted < 8.0
         assert _wait_for(lambda: all(_metric(u, "num_running_reqs") == 0 for u in urls), 5.0)
-        assert not (tmp_path / "reports").exists()  # interrupted before any report
+        # interrupted before any report (a level that had finished would have left its progress line)
+        assert not list((tmp_path / "reports").glob("*/summary.md"))
     finally:
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -211,4 +212,57 @@ def test_ctrl_c_stops_parallel_sweeps_at_once(tmp_path: Path) -> None:
             for pid in client_pids(port):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+        cleanup(dep)
+
+
+def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_level(tmp_path: Path) -> None:
+    """bench.yml of three levels: reports/<run id>/progress.jsonl gains a line per finished level
+    DURING the run (seen by polling it while ansible-playbook runs), the play output shows each
+    level as it lands, and the report has the server's own view of every level."""
+    import threading
+
+    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.05)
+    reports = tmp_path / "reports"
+    progress = reports / "watch" / "progress.jsonl"
+    proc = None
+    try:
+        assert dep.play("deploy.yml", profile="mtp").rc == 0
+        # levels of a few wall seconds each (32 requests of 256 tokens at time scale 0.05): longer
+        # than one look of sweep_wait (two module runs) on a busy machine
+        proc = dep.start("bench.yml", sglang_bench_concurrency=[1, 2, 4], sglang_bench_max_tokens=256,
+                         sglang_bench_requests=32, sglang_bench_run_id="watch", sglang_bench_progress_poll=0.2,
+                         sglang_bench_reports_dir=str(reports))
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+        reader.start()
+        counts: list[int] = []
+        deadline = time.monotonic() + 240.0
+        while proc.poll() is None and time.monotonic() < deadline:  # bounded: one look per 0.1 s
+            counts.append(len(progress.read_text().splitlines()) if progress.exists() else 0)
+            time.sleep(0.1)
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
+        text = "".join(out)
+        assert proc.returncode == 0, text[-4000:]
+        lines = [json.loads(line) for line in progress.read_text().splitlines()]
+        assert [line["concurrency"] for line in lines] == [1, 2, 4]
+        # the file grew while ansible-playbook ran: a level landed while others were still to come
+        assert any(0 < n < len(lines) for n in counts), counts
+        for line in lines:
+            assert (line["host"], line["instance"], line["profile"], line["status"]) == ("localhost", "gpu0", "mtp", "ok")
+            assert line["output_tok_s"] > 0 and line["ttft_ms_p50"] > 0 and line["errors"] == 0
+            assert line["time_base"] == "model"
+        for c in (1, 2, 4):
+            assert f"sweep progress: localhost gpu0 (mtp) C={c}: " in text, text[-3000:]
+        # the report: the server's view of each level, beside the client's figures
+        summary = (reports / "watch" / "summary.md").read_text()
+        assert "Server during each level" in summary
+        sweep = json.loads((reports / "watch" / "localhost_gpu0_mtp.json").read_text())["sweep"]
+        for point in sweep["points"]:
+            metrics = point["server_metrics"]
+            assert metrics["running_max"] <= point["concurrency"] and metrics["spec_accept_length"] > 1
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
         cleanup(dep)

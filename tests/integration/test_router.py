@@ -227,3 +227,52 @@ def test_router_unit_verifies(tmp_path: Path) -> None:
     problems = [ln for ln in (verify.stdout + verify.stderr).splitlines()
                 if "sglang-router" in ln and "network-online.target" not in ln]
     assert verify.returncode == 0 and not problems, verify.stdout + verify.stderr
+
+
+def test_bench_through_the_router_reports_workers_fleet_total_and_router_side_by_side(
+        routed: Deployment, tmp_path: Path) -> None:
+    """bench.yml -e sglang_bench_target=router: both instances swept, then the real router with
+    the same levels; one report with the three views, whose numbers agree with the JSON files."""
+    import csv
+
+    deployed = routed.play("deploy.yml")
+    assert deployed.rc == 0, deployed.out[-4000:]
+    reports = tmp_path / "reports"
+    run = routed.play("bench.yml", sglang_bench_target="router", sglang_bench_concurrency=[1, 2],
+                      sglang_bench_max_tokens=32, sglang_bench_reports_dir=str(reports), sglang_bench_run_id="r")
+    assert run.rc == 0, run.out[-4000:]
+    folder = reports / "r"
+    docs = {p.name: json.loads(p.read_text()) for p in folder.glob("localhost_*.json")}
+    assert sorted(docs) == ["localhost_gpu0_baseline.json", "localhost_gpu1_baseline.json", "localhost_router_baseline.json"]
+    router = docs["localhost_router_baseline.json"]
+    assert router["meta"]["role"] == "router" and router["sweep"]["url"] == router_url(routed)
+    # the router does not report the engines' time scale: the workers' was passed on
+    assert router["sweep"]["time_base"] == "model" and router["sweep"]["server"]["time_scale"] == 0.005
+    workers_docs = [d for name, d in docs.items() if "router" not in name]
+
+    rows = list(csv.DictReader((folder / "fleet.csv").open()))
+    assert [(r["concurrency"], r["view"]) for r in rows] == [
+        (c, v) for c in ("1", "2") for v in ("worker", "worker", "fleet", "router")]
+    for level in (1, 2):
+        at = [r for r in rows if r["concurrency"] == str(level)]
+        worker_rows = [r for r in at if r["view"] == "worker"]
+        fleet = next(r for r in at if r["view"] == "fleet")
+        through = next(r for r in at if r["view"] == "router")
+        # merged from the records: counts are the workers' sums, and each worker's row is its own sweep
+        assert int(fleet["requests"]) == sum(int(r["requests"]) for r in worker_rows) > 0
+        assert int(fleet["output_tokens"]) == sum(int(r["output_tokens"]) for r in worker_rows)
+        assert fleet["in_flight"] == str(2 * level) and fleet["alignment"] == "aligned"  # swept one after another
+        assert float(fleet["window_s"]) == max(float(r["window_s"]) for r in worker_rows)
+        for row, doc in zip(worker_rows, sorted(workers_docs, key=lambda d: d["meta"]["instance"]), strict=True):
+            point = next(p for p in doc["sweep"]["points"] if p["concurrency"] == level)
+            assert int(row["requests"]) == point["requests"] and int(row["output_tokens"]) == point["output_tokens"]
+            assert float(row["output_tok_s"]) == pytest.approx(point["output_tok_s"], rel=0.01)
+        point = next(p for p in router["sweep"]["points"] if p["concurrency"] == level)
+        assert int(through["requests"]) == point["requests"] and int(through["err"]) == 0
+        assert int(through["output_tokens"]) == point["requests"] * 32
+    summary = (folder / "summary.md").read_text()
+    assert "### Fleet: per worker, fleet total (merged), through the router" in summary
+    assert "**fleet total (2 workers, merged) [aligned]**" in summary and "| router localhost |" in summary
+    assert "### localhost/router (baseline)" in summary
+    fleet_doc = json.loads((folder / "fleet.json").read_text())
+    assert len(fleet_doc["rows"]) == len(rows)

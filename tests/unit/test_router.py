@@ -199,6 +199,14 @@ def test_router_layout() -> None:
     assert not _layout.is_instance_name(_layout.ROUTER_DIR)  # may share the servers' base folder
 
 
+def test_router_layout_advertise_url_for_other_hosts() -> None:
+    """Where a sweep from the controller reaches a router on another host."""
+    assert _layout.router_layout("/r", "0.0.0.0", 8000)["advertise_url"] is None  # no address given
+    assert _layout.router_layout("/r", "0.0.0.0", 8000, "10.0.0.5")["advertise_url"] == "http://10.0.0.5:8000"
+    assert _layout.router_layout("/r", "10.0.0.7", 8000, "10.0.0.5")["advertise_url"] == "http://10.0.0.7:8000"
+    assert _layout.router_layout("/r", "127.0.0.1", 8000, "10.0.0.5")["advertise_url"] is None  # loopback only
+
+
 def _instance(name: str, port: int, advertise: str | None, argv: list[str] | None = None) -> dict[str, Any]:
     return {"name": name, "connect_url": f"http://127.0.0.1:{port}", "advertise_url": advertise, "argv": argv or []}
 

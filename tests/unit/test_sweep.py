@@ -226,6 +226,7 @@ def test_options_normalized() -> None:
         {"url": "http://h", "concurrency": []},
         {"url": "http://h", "requests": 4, "duration": 1.0},
         {"url": "http://h", "max_tokens": 0},
+        {"url": "http://h", "time_scale": 0},
     ):
         with pytest.raises(sw.SweepError):
             sw.SweepOptions(**bad).normalized()
@@ -1246,3 +1247,21 @@ def test_time_scaled_latencies_agree_with_the_model_or_say_not_measurable(scaled
 
 def parse_cells(row: str) -> list[str]:
     return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def test_time_scale_for_a_server_that_reports_none_and_the_records_origin(server: str) -> None:
+    """A router in front of embedded engines reports no time scale: the option gives it, and the
+    sweep is converted to modelled time as the engines' own sweeps are. records_t0_unix is the
+    wall-clock origin of the records, which the report's fleet total merges on."""
+    configure(server, rate=2000.0, prefill_s=0.01, slots=8)
+    opts = {"url": server, "concurrency": [2], "requests": 4, "warmup": 0, "level_warmup": False, "max_tokens": 40}
+    before = time.time()
+    wall = sw.run_sweep(sw.SweepOptions(**opts))
+    scaled = sw.run_sweep(sw.SweepOptions(**opts, time_scale=0.5))
+    assert wall["time_base"] == "wall" and wall["server"]["time_scale"] is None
+    assert before <= wall["records_t0_unix"] <= scaled["records_t0_unix"] <= time.time()
+    assert scaled["time_base"] == "model" and scaled["server"]["time_scale"] == 0.5
+    assert scaled["options"]["time_scale"] == 0.5
+    point = scaled["points"][0]
+    assert point["output_tok_s"] == pytest.approx(point["wall"]["output_tok_s"] * 0.5, rel=1e-3)
+    assert scaled["records"][0]["e2e_s"] > 1.5 * wall["records"][0]["e2e_s"]  # in modelled seconds

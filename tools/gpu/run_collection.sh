@@ -13,16 +13,18 @@
 #                     host_facts with the deployment's folder: which GPU processes are its own
 #           status    status.yml
 #           prewarm   one sampled completion per instance (the first one stalls ~100 s when cold)
-#           bench     bench.yml (run id h200-real); bench2 runs it again (run id h200-warm)
+#           bench     bench.yml (run id h200-real); bench2 runs it again (run id h200-warm),
+#                     bench3 .. bench9 again (h200-warm3 ..)
 #           stop      stop.yml, then anything left is killed by process group
 #   PROFILE (mtp_hicache), INV (inventories/gpu), LIMIT (ansible --limit, e.g. h200-hybrid on a
 #   one-GPU machine), BUDGET (seconds for the whole script, 560), XVARS (JSON extra vars for every
-#   playbook, e.g. {"sglang_hicache_size_gb": 8})
+#   playbook, e.g. {"sglang_hicache_size_gb": 8}), BENCHVARS (JSON extra vars for bench.yml only,
+#   e.g. {"sglang_bench_requests": 64})
 set -u
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT=$(pwd); W=$OUT/work; mkdir -p "$W"
-PROFILE=${PROFILE:-mtp_hicache}; INV=${INV:-inventories/gpu}; XVARS=${XVARS:-"{}"}
+PROFILE=${PROFILE:-mtp_hicache}; INV=${INV:-inventories/gpu}; XVARS=${XVARS:-"{}"}; BENCHVARS=${BENCHVARS:-"{}"}
 STEPS=${STEPS:-"facts plan deploy status bench redeploy stop"}
 LIM=(); [ -n "${LIMIT:-}" ] && LIM=(--limit "$LIMIT")
 T0=$(date +%s); END=$(( T0 + ${BUDGET:-560} ))
@@ -115,10 +117,10 @@ PY
       WP="$WP $!"
     done
     wait $WP;;
-  bench|bench2)
-    id=h200-real; [ "$s" = bench2 ] && id=h200-warm
+  bench|bench[2-9])
+    id=h200-real; [ "$s" = bench2 ] && id=h200-warm; case $s in bench[3-9]) id=h200-warm${s#bench};; esac
     step "bench $id (hosts one after another: -f 1)"
-    play "$(tmo 300)" playbooks/bench.yml -f 1 -e sglang_bench_run_id=$id \
+    play "$(tmo 300)" playbooks/bench.yml -f 1 -e sglang_bench_run_id=$id -e "$BENCHVARS" \
       -e sglang_bench_title="SGLang 0.5.17 on NVIDIA H200 (real, random weights), $id"; echo "bench $id rc=$?"
     cp reports/gpu/$id/summary.md "$OUT/summary-$id.md" 2>/dev/null
     for p in 30000 30100; do

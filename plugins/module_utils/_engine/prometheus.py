@@ -305,7 +305,7 @@ def _routing_and_passes(out: _Text) -> None:
         out.family(name, [out.sample(name, [("gt", gt), ("le", le)], 0.0, base=out.sched)
                           for gt, le in _ROUTING_BINS])
     pid_labels = out.sched + [("pid", str(os.getpid()))]
-    out.gauge("num_retracted_reqs", 0.0, pid_labels)
+    out.gauge("num_retracted_reqs", float(out.engine.scheduler.stats.retracted_window), pid_labels)
     out.gauge("num_paused_reqs", 0.0, pid_labels)
     out.family("cuda_graph_passes_total", [
         out.sample("cuda_graph_passes_total", [("mode", mode)], n, base=out.sched)

@@ -104,6 +104,10 @@ class BatchStats:
     window_tokens: int = 0
     window_time: float = 0.0
     last_gen_throughput: float = 0.0
+    # retractions in the last decode log interval (SGLang's num_retracted_reqs gauge), and the
+    # scheduler's running count at the start of it
+    retracted_window: int = 0
+    retracted_mark: int = 0
     # /v1/loads decode_moments (scheduler.py _accumulate_decode_moment): steps, sum of batch
     # sizes, of step microseconds (wall), of batch sizes squared, of batch x step, of tokens
     decode_moments: list[float] = field(default_factory=lambda: [0.0] * 6)
@@ -315,6 +319,8 @@ class RequestScheduler:
         if stats.decode_steps % DECODE_LOG_INTERVAL == 0:
             stats.last_gen_throughput = (stats.window_tokens / stats.window_time
                                          if stats.window_time > 0 else 0.0)
+            stats.retracted_window = self.sched.retracted - stats.retracted_mark
+            stats.retracted_mark = self.sched.retracted
             self._log_decode()
             stats.window_tokens = 0
             stats.window_time = 0.0

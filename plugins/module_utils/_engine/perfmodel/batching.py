@@ -64,6 +64,7 @@ class Scheduler:
         self._frontend_s = float(plan.constants.get("frontend_latency_s", 0.0))
         self._frontend_per_req_s = float(plan.constants.get("frontend_per_request_s", 0.0))
         self._frontend_free = 0.0
+        self.retracted = 0  # requests retracted so far (the /metrics num_retracted_reqs window)
 
     @property
     def num_running(self) -> int:
@@ -171,6 +172,7 @@ class Scheduler:
         """Retract the newest request while the KV pool overflows (SGLang retraction)."""
         while len(self._running) > 1 and self.tokens_in_use > self.plan.max_total_num_tokens:
             victim = self._running.pop()
+            self.retracted += 1
             victim.prompt += victim.generated
             victim.max_new -= victim.generated
             victim.generated = 0

@@ -1,0 +1,127 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Action llmops.sglang.sweep_wait: wait for async throughput_sweep jobs, printing each level as
+it lands (documentation: plugins/modules/sweep_wait.py).
+
+Why an action: the sweep runs where the bench role puts it (next to the server, or on the
+controller), as an async job, and writes its progress lines there; the report and the person
+watching are on the controller. An action runs on the controller with the task's connection, so
+it can ask the job's machine for the job's status and its progress file, and then append to the
+controller's ``reports/<run id>/progress.jsonl`` and print, in one loop bounded by ``timeout``.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import time
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+
+display = Display()
+
+
+class _Job:
+    """One async sweep job: its id, its instance, its progress file and the lines seen."""
+
+    def __init__(self, start: dict[str, Any], template: str) -> None:
+        self.start = start
+        self.jid = start.get("ansible_job_id")
+        item = start.get("item") or {}
+        self.name = str(item.get("name") if isinstance(item, dict) else item)
+        self.progress = template.replace("{instance}", self.name) if template else None
+        self.seen = 0
+        self.result: dict[str, Any] | None = None
+
+
+class ActionModule(ActionBase):
+    """Poll the jobs until all finished: status and new progress lines each ``poll`` seconds."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("jobs", "progress_file", "dest", "poll", "timeout"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        poll = float(args.get("poll", 2))
+        timeout = float(args.get("timeout", 7320))
+        if poll <= 0 or timeout <= 0:
+            raise AnsibleActionFail(f"poll ({poll}) and timeout ({timeout}) must be > 0 seconds")
+        starts = [j for j in args.get("jobs") or [] if isinstance(j, dict)]
+        jobs = [_Job(j, str(args.get("progress_file") or "")) for j in starts if j.get("ansible_job_id")]
+        done = [{**j, "item": j.get("item")} for j in starts if not j.get("ansible_job_id")]  # skipped
+        dest = args.get("dest") if not self._task.check_mode else None
+        deadline = time.monotonic() + timeout
+        while any(job.result is None for job in jobs):
+            for job in jobs:
+                if job.result is None:
+                    self._poll(job, task_vars, dest)
+            if all(job.result is not None for job in jobs):
+                break
+            if time.monotonic() > deadline:
+                missing = ", ".join(job.name for job in jobs if job.result is None)
+                raise AnsibleActionFail(f"sweep jobs still running after timeout={timeout:g}s: {missing}")
+            time.sleep(poll)
+        results = done + [{**(job.result or {}), "item": job.start} for job in jobs]
+        failed = [r for r in results if r.get("failed")]
+        # the sweeps' own warnings (failed levels, drift, ...): shown as this task's, as a sweep
+        # that was not async would show them
+        warnings = [w for r in results for w in (r.get("warnings") or [])]
+        if warnings:
+            result["warnings"] = result.get("warnings", []) + warnings
+        result.update(results=results, changed=False)
+        if failed:
+            result.update(failed=True, msg="; ".join(str(r.get("msg")) for r in failed))
+        return result
+
+    def _poll(self, job: _Job, task_vars: dict[str, Any], dest: str | None) -> None:
+        """One look at a job: its status first, then its progress (the last lines of a job
+        that just finished are read after it finished, so none is lost)."""
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        status = self._execute_module(module_name="ansible.legacy.async_status",
+                                      module_args={"jid": job.jid, "_async_dir": async_dir}, task_vars=task_vars)
+        # a status that could not be read at all (no "started") is final too: never wait on it
+        finished = bool(status.get("finished")) or bool(status.get("failed") and not status.get("started"))
+        if job.progress:
+            self._new_lines(job, task_vars, dest)
+        if finished:
+            job.result = status
+            if job.progress:
+                self._execute_module(module_name="ansible.builtin.file",
+                                     module_args={"path": job.progress, "state": "absent"}, task_vars=task_vars)
+
+    def _new_lines(self, job: _Job, task_vars: dict[str, Any], dest: str | None) -> None:
+        read = self._execute_module(module_name="ansible.builtin.slurp",
+                                    module_args={"src": job.progress}, task_vars=task_vars)
+        if read.get("failed") or "content" not in read:
+            return  # not written yet: no level finished
+        lines = _progress.complete_lines(base64.b64decode(read["content"]).decode("utf-8", "replace"))
+        fresh = lines[job.seen:]
+        job.seen = len(lines)
+        for line in fresh:
+            try:
+                text = _progress.describe(json.loads(line))
+            except ValueError:
+                text = line
+            display.display(f"sweep progress: {text}")
+        if fresh and dest:
+            _append_controller(dest, fresh)
+
+
+def _append_controller(dest: str, lines: list[str]) -> None:
+    """Append whole lines to the controller's progress.jsonl, locked against the other hosts'
+    forks writing the same file."""
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
