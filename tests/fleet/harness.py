@@ -49,6 +49,9 @@ NS_NAME = re.compile(r"^llmops-fleet-(\d+)-(\d+)-[a-z0-9]+$")
 BRIDGE_NAME = re.compile(r"^lfb([0-9a-z]+)-(\d+)$")
 SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
 DEFAULT_PORT = 30000
+ROUTER_PORT = 8000
+# the pinned sglang-router of the checkout (`make router`): the hosts have no network to PyPI
+ROUTER_PYTHON = ROOT / ".venv-router" / "bin" / "python"
 GPUS = [{"name": "NVIDIA H200", "memory_mib": 143771, "count": 2}]
 
 
@@ -387,6 +390,7 @@ class Host:
     dir: Path                       # run folder of this host: sshd/, sglang/, tmp/
     hostvars: dict[str, Any]        # what the inventory says (set_hostvars changes it)
     initial_hostvars: dict[str, Any] = field(default_factory=dict)  # restored by reset()
+    initial_groups: list[str] = field(default_factory=list)         # restored by reset()
 
     @property
     def base_dir(self) -> Path:
@@ -493,6 +497,7 @@ class Fleet:
         for host in self.hosts.values():
             host.hostvars = self._hostvars(host, hostvars, overrides.get(host.name, {}))
             host.initial_hostvars = json.loads(json.dumps(host.hostvars))
+            host.initial_groups = list(host.groups)
         self.write_inventory()
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         for host in self.hosts.values():
@@ -554,6 +559,21 @@ class Fleet:
             "sglang_stop_timeout": 15,
             "sglang_ready_interval": 0.5,
         }
+        if "sglang_routers" in host.groups:
+            # an existing installation (the checkout's .venv-router), run as a process group,
+            # on every interface of its host (clients come from other hosts)
+            hostvars.update({
+                "sglang_router_install": False,
+                "sglang_router_python": str(ROUTER_PYTHON),
+                "sglang_router_base_dir": str(host.dir / "router"),
+                "sglang_router_user": "",
+                "sglang_router_create_user": False,
+                "sglang_router_service_manager": "process",
+                "sglang_router_host": "0.0.0.0",
+                "sglang_router_port": ROUTER_PORT,
+                "sglang_router_workers_timeout": 60,
+                "sglang_router_readiness_timeout": 60,
+            })
         hostvars.update(common)
         hostvars.update(own)
         return hostvars
@@ -581,6 +601,12 @@ class Fleet:
             f"# fleet {self.tag}: {len(self.hosts)} hosts in {self.subnet}, bridge {self.bridge} ({self.gateway})\n"
             + yaml.dump(inv, Dumper=_NoAliases, sort_keys=False))
         return self.inventory
+
+    def set_groups(self, name: str, groups: Sequence[str]) -> None:
+        """Put a host in these inventory groups only ([]: out of the inventory) and rewrite the
+        inventory; reset() restores its groups. `servers`/`routers` follow the groups."""
+        self.hosts[name].groups = list(groups)
+        self.write_inventory()
 
     def set_hostvars(self, names: str | Iterable[str] | None = None, **hostvars: Any) -> None:
         """Change inventory variables of some hosts (a name, names, or every host) and rewrite
@@ -811,6 +837,22 @@ class Fleet:
         except OSError:
             return 0
 
+    def router_url(self, name: str | None = None) -> str:
+        """The router's base URL at its host's address (the first router by default)."""
+        host = self.hosts[name] if name else self.routers[0]
+        return f"http://{host.address}:{host.hostvars.get('sglang_router_port', ROUTER_PORT)}"
+
+    def router_workers(self, name: str | None = None, timeout: float = 10) -> list[dict[str, Any]]:
+        """The router's `GET /workers` list, from the controller ([] when it does not answer)."""
+        try:
+            with urllib.request.urlopen(self.router_url(name) + "/workers", timeout=timeout) as resp:
+                return list(json.loads(resp.read()).get("workers") or [])
+        except (OSError, ValueError):
+            return []
+
+    def healthy_worker_urls(self, name: str | None = None) -> set[str]:
+        return {w["url"].rstrip("/") for w in self.router_workers(name) if w.get("is_healthy")}
+
     def manifest(self, name: str) -> dict:
         return json.loads((self.hosts[name].base_dir / "deployment.json").read_text())
 
@@ -852,7 +894,8 @@ class Fleet:
             # the inventory back to what it was made with (a scenario may have changed it)
             changed_base = host.base_dir
             host.hostvars = json.loads(json.dumps(host.initial_hostvars))
-            for base in {changed_base, host.base_dir}:
+            host.groups = list(host.initial_groups)
+            for base in {changed_base, host.base_dir, host.dir / "router"}:
                 shutil.rmtree(base, ignore_errors=True)
             self.start_sshd(host.name)
         self.write_inventory()
