@@ -21,8 +21,8 @@ description:
     its progress file is removed and its result is kept.
   - With O(heartbeat_file), each poll first refreshes the running jobs' heartbeat files (one
     C(touch -c) of them all through the connection, no module), so that a sweep started with
-    O(llmops.sglang.throughput_sweep#module:heartbeat_file) stops when nobody polls it any more:
-    the controller killed, its machine or its network gone. When the controller's main process is
+    O(llmops.sglang.throughput_sweep#module:heartbeat_file) stops when nobody polls it any more
+    (the controller killed, its machine or its network gone). When the controller's main process is
     gone (this action's worker left orphaned), the action fails at its next poll and refreshes
     nothing more.
   - Runs with the task's connection, so with the same C(delegate_to) as the sweep task.
