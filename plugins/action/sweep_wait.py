@@ -8,6 +8,13 @@ controller), as an async job, and writes its progress lines there; the report an
 watching are on the controller. An action runs on the controller with the task's connection, so
 it can ask the job's machine for the job's status and its progress file, and then append to the
 controller's ``reports/<run id>/progress.jsonl`` and print, in one loop bounded by ``timeout``.
+
+The heartbeat: a sweep on another host cannot see the controller's process, so at each look this
+action refreshes the jobs' ``heartbeat_file`` (one ``touch -c`` of all of them through the
+connection, no module: a few milliseconds locally, one round trip over SSH) and the sweeps stop
+when it is older than their ``heartbeat_timeout``. When the controller's main process is gone
+(this worker orphaned: ``kill -9`` of ansible-playbook alone) the loop ends, so the heartbeats
+stop with the controller and not only with the worker.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import base64
 import fcntl
 import json
 import os
+import shlex
 import time
 from typing import Any
 
@@ -36,6 +44,7 @@ class _Job:
         item = start.get("item") or {}
         self.name = str(item.get("name") if isinstance(item, dict) else item)
         self.progress = template.replace("{instance}", self.name) if template else None
+        self.heartbeat: str | None = None
         self.seen = 0
         self.result: dict[str, Any] | None = None
 
@@ -44,7 +53,7 @@ class ActionModule(ActionBase):
     """Poll the jobs until all finished: status and new progress lines each ``poll`` seconds."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("jobs", "progress_file", "dest", "poll", "timeout"))
+    _VALID_ARGS = frozenset(("jobs", "progress_file", "heartbeat_file", "dest", "poll", "timeout"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -56,19 +65,13 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"poll ({poll}) and timeout ({timeout}) must be > 0 seconds")
         starts = [j for j in args.get("jobs") or [] if isinstance(j, dict)]
         jobs = [_Job(j, str(args.get("progress_file") or "")) for j in starts if j.get("ansible_job_id")]
+        beat = str(args.get("heartbeat_file") or "")
+        for job in jobs:
+            job.heartbeat = beat.replace("{instance}", job.name) if beat else None
         done = [{**j, "item": j.get("item")} for j in starts if not j.get("ansible_job_id")]  # skipped
         dest = args.get("dest") if not self._task.check_mode else None
-        deadline = time.monotonic() + timeout
-        while any(job.result is None for job in jobs):
-            for job in jobs:
-                if job.result is None:
-                    self._poll(job, task_vars, dest)
-            if all(job.result is not None for job in jobs):
-                break
-            if time.monotonic() > deadline:
-                missing = ", ".join(job.name for job in jobs if job.result is None)
-                raise AnsibleActionFail(f"sweep jobs still running after timeout={timeout:g}s: {missing}")
-            time.sleep(poll)
+        self._beat_warned = False
+        self._wait(jobs, task_vars, dest, poll, timeout)
         results = done + [{**(job.result or {}), "item": job.start} for job in jobs]
         failed = [r for r in results if r.get("failed")]
         # the sweeps' own warnings (failed levels, drift, ...): shown as this task's, as a sweep
@@ -80,6 +83,44 @@ class ActionModule(ActionBase):
         if failed:
             result.update(failed=True, msg="; ".join(str(r.get("msg")) for r in failed))
         return result
+
+    def _wait(self, jobs: list[_Job], task_vars: dict[str, Any], dest: str | None, poll: float,
+              timeout: float) -> None:
+        """Look at the running jobs every ``poll`` seconds until all finished: their heartbeats
+        first, then each one's status and progress."""
+        deadline = time.monotonic() + timeout
+        parent = os.getppid()
+        while any(job.result is None for job in jobs):
+            if os.getppid() != parent:
+                raise AnsibleActionFail(f"the controller's process {parent} is gone: no more polling, and the sweeps "
+                                        "stop once their heartbeat_file is older than their heartbeat_timeout")
+            began = time.monotonic()
+            self._beat([job for job in jobs if job.result is None])
+            beat_s = time.monotonic() - began
+            for job in jobs:
+                if job.result is None:
+                    self._poll(job, task_vars, dest)
+            display.vvv(f"sweep_wait: one look took {time.monotonic() - began:.3f} s "
+                        f"(the heartbeat's share {beat_s:.3f} s)")
+            if all(job.result is not None for job in jobs):
+                break
+            if time.monotonic() > deadline:
+                missing = ", ".join(job.name for job in jobs if job.result is None)
+                raise AnsibleActionFail(f"sweep jobs still running after timeout={timeout:g}s: {missing}")
+            time.sleep(poll)
+
+    def _beat(self, jobs: list[_Job]) -> None:
+        """Refresh the running jobs' heartbeat files in one command (never creating one: a sweep
+        that ended removed its own, and a late refresh must leave nothing behind)."""
+        paths = [job.heartbeat for job in jobs if job.heartbeat]
+        if not paths:
+            return
+        res = self._low_level_execute_command("touch -c -- " + " ".join(shlex.quote(p) for p in paths))
+        if res.get("rc") != 0 and not self._beat_warned:
+            self._beat_warned = True
+            display.warning(f"sweep_wait: cannot refresh the heartbeat files {', '.join(paths)} (rc {res.get('rc')}: "
+                            f"{str(res.get('stderr') or '').strip()}); the sweeps stop once they are older than "
+                            "their heartbeat_timeout")
 
     def _poll(self, job: _Job, task_vars: dict[str, Any], dest: str | None) -> None:
         """One look at a job: its status first, then its progress (the last lines of a job

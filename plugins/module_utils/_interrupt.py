@@ -22,6 +22,12 @@ interrupts ``ansible-playbook`` (Ctrl-C) expects it to stop. What reaches the mo
   lives on, and no signal from the controller reaches it. When it runs on the controller's
   machine, the controller's ansible process id (``watch_pid``) tells: the sweep stops when that
   process is gone (or is a zombie, or its pid now belongs to another process).
+- **a heartbeat gone stale**: on another host the controller's process cannot be watched, so
+  the controller shows it is there instead. The sweep creates ``heartbeat_file`` when it starts;
+  whoever waits for the job (the bench role's ``sweep_wait``) refreshes its modification time at
+  each look; the sweep stops when nobody did for ``heartbeat_timeout`` seconds (the controller
+  killed, its machine gone, the network cut). Both times are read on the sweep's own machine
+  (its clock and its file system), so the two machines' clocks never meet.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ import os
 import select
 import signal
 import stat
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,9 +91,61 @@ def reader_gone(fd: int) -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
+class Heartbeat:
+    """A file whose modification time says when the controller last looked at the job.
+
+    ``begin()`` creates it (0600, never through a symbolic link) and starts the clock, so a
+    controller that never looks at all is seen too; ``age()`` is the seconds since the later of
+    that start and the file's last refresh (a file removed or unreadable keeps the last time seen:
+    only a refresh moves it forward); ``end()`` removes it. Whoever refreshes it must not create
+    it (``touch -c``): after ``end()`` a late refresh then leaves nothing behind.
+    """
+
+    def __init__(self, path: str, timeout: float) -> None:
+        if not timeout > 0:
+            raise ValueError(f"heartbeat_timeout must be > 0 seconds, got {timeout!r}")
+        self.path = path
+        self.timeout = float(timeout)
+        self.last = time.time()
+
+    def begin(self) -> None:
+        """Create (or refresh a leftover regular file at) ``path``; OSError when it cannot be."""
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+        self.last = time.time()
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds since the last sign of the controller (never negative)."""
+        try:
+            self.last = max(self.last, os.lstat(self.path).st_mtime)
+        except OSError:
+            pass  # gone or unreadable: the last time seen stands
+        current = time.time() if now is None else now
+        return max(0.0, current - self.last)
+
+    def stale(self, now: float | None = None) -> str | None:
+        """Why the sweep should stop (no refresh for longer than ``timeout``), or None."""
+        age = self.age(now)
+        if age <= self.timeout:
+            return None
+        return (f"no heartbeat from the controller for {age:.0f} s (heartbeat_file {self.path} not refreshed "
+                f"within heartbeat_timeout={self.timeout:g} s): whoever waited for the sweep is gone")
+
+    def end(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
 class Interrupts:
     """Cancels one asyncio task when a stop signal arrives, when the reader of ``output_fd`` is
-    gone or when process ``watch_pid`` is gone; ``reason`` then says which.
+    gone, when process ``watch_pid`` is gone or when ``heartbeat`` is stale; ``reason`` then says
+    which.
 
     ``start(task)`` inside the running loop, ``close()`` when the task is over. Signal handlers
     are installed only for ``signals`` (the main thread only; the module asks for
@@ -94,10 +153,12 @@ class Interrupts:
     """
 
     def __init__(self, signals: Sequence[int] = (), output_fd: int | None = None,
-                 watch_pid: int | None = None, interval: float = WATCH_INTERVAL_S) -> None:
+                 watch_pid: int | None = None, interval: float = WATCH_INTERVAL_S,
+                 heartbeat: Heartbeat | None = None) -> None:
         self.signals = tuple(signals)
         self.output_fd = output_fd
         self.watch_pid = watch_pid
+        self.heartbeat = heartbeat
         self.interval = interval
         self.reason: str | None = None
         self._start = process_start(watch_pid) if watch_pid else None
@@ -111,6 +172,8 @@ class Interrupts:
             return "the reader of its result went away (the controller's connection is gone)"
         if self.watch_pid and not process_alive(self.watch_pid, self._start):
             return f"the controller's process {self.watch_pid} (watch_pid) is gone"
+        if self.heartbeat is not None:
+            return self.heartbeat.stale()
         return None
 
     def start(self, task: asyncio.Task[Any]) -> None:
@@ -122,7 +185,7 @@ class Interrupts:
             except (RuntimeError, ValueError, NotImplementedError):
                 continue  # not the main thread, or a platform without it
             self._installed.append(sig)
-        if self.output_fd is not None or self.watch_pid:
+        if self.output_fd is not None or self.watch_pid or self.heartbeat is not None:
             self._watcher = loop.create_task(self._watch())
 
     def stop_now(self, reason: str) -> None:

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo, _servermetrics
-from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import Interrupts
+from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import Heartbeat, Interrupts
 from ansible_collections.llmops.sglang.plugins.module_utils._sweepworkers import (
     ClientPool,
     ClientProcessError,
@@ -238,6 +238,9 @@ class SweepOptions:
     max_concurrency: int = MAX_CONCURRENCY
     fail_on_errors: bool = False  # acted on by the module (the sweep itself always returns)
     watch_pid: int | None = None  # stop when this process is gone (the controller's ansible)
+    # stop when nobody refreshed this file for heartbeat_timeout s (a controller on another host)
+    heartbeat_file: str | None = None
+    heartbeat_timeout: float = 60.0
     # the embedded engine's time scale when the server does not report one (a router in front
     # of engines): the sweep is then converted to modelled time like theirs
     time_scale: float | None = None
@@ -267,6 +270,8 @@ class SweepOptions:
             )
         if self.watch_pid is not None and int(self.watch_pid) < 1:
             raise SweepError(f"watch_pid must be a process id >= 1, got {self.watch_pid!r}")
+        if not float(self.heartbeat_timeout) > 0:
+            raise SweepError(f"heartbeat_timeout must be > 0 seconds, got {self.heartbeat_timeout!r}")
         if self.requests is not None and self.duration is not None:
             raise SweepError("requests and duration are mutually exclusive")
         if self.requests is not None and int(self.requests) < 1:
@@ -315,6 +320,8 @@ class SweepOptions:
             max_concurrency=int(self.max_concurrency),
             fail_on_errors=bool(self.fail_on_errors),
             watch_pid=None if self.watch_pid is None else int(self.watch_pid),
+            heartbeat_file=self.heartbeat_file or None,
+            heartbeat_timeout=float(self.heartbeat_timeout),
             time_scale=None if self.time_scale is None else float(self.time_scale),
             client_processes=parse_client_processes(self.client_processes),
         )
@@ -355,6 +362,8 @@ class SweepOptions:
             "max_concurrency": self.max_concurrency,
             "fail_on_errors": self.fail_on_errors,
             "watch_pid": self.watch_pid,
+            "heartbeat_file": self.heartbeat_file,
+            "heartbeat_timeout": self.heartbeat_timeout if self.heartbeat_file else None,
             "time_scale": self.time_scale,
             "client_processes": "auto" if self.client_processes == 0 else self.client_processes,
             "api_key_set": bool(self.api_key),
@@ -1966,14 +1975,16 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_
     the module's progress lines. An exception there stops the sweep.
 
     It stops at once, raising SweepInterrupted, on one of ``signals``, when the reader of
-    ``output_fd`` is gone or when ``options.watch_pid`` is gone (``_interrupt.Interrupts``).
+    ``output_fd`` is gone, when ``options.watch_pid`` is gone or when nobody refreshed
+    ``options.heartbeat_file`` for ``heartbeat_timeout`` seconds (``_interrupt.Interrupts``).
     """
     if not HAS_AIOHTTP:
         raise SweepError(f"aiohttp is not importable: {AIOHTTP_IMPORT_ERROR}")
     opts = options.normalized()
     raise_open_files(max(opts.concurrency))
     started = utc_now_iso()
-    guard = Interrupts(signals, output_fd, opts.watch_pid)
+    heartbeat = _begin_heartbeat(opts)
+    guard = Interrupts(signals, output_fd, opts.watch_pid, heartbeat=heartbeat)
     task = asyncio.current_task()
     if task is not None:
         guard.start(task)
@@ -1996,6 +2007,8 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_
         raise SweepInterrupted(guard.reason, current, done) from None
     finally:
         guard.close()
+        if heartbeat is not None:
+            heartbeat.end()
     finished = utc_now_iso()
     srv_info = sweep.after if sweep.after.get("ok") else sweep.before
     scale = srv_info.get("time_scale") or sweep.before.get("time_scale") or sweep.opts.time_scale
@@ -2005,6 +2018,19 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_
     if failed:
         sweep.warnings.append(failed)
     return _result(sweep, started, finished, scale, time_base)
+
+
+def _begin_heartbeat(opts: SweepOptions) -> Heartbeat | None:
+    """The sweep's heartbeat file, created now (its clock starts with the sweep), or None."""
+    if not opts.heartbeat_file:
+        return None
+    heartbeat = Heartbeat(opts.heartbeat_file, opts.heartbeat_timeout)
+    try:
+        heartbeat.begin()
+    except OSError as exc:
+        raise SweepError(f"cannot create heartbeat_file {opts.heartbeat_file}: {exc} (a writable path on the "
+                         "machine running the sweep, not a symbolic link)") from None
+    return heartbeat
 
 
 def run_sweep(options: SweepOptions, signals: Sequence[int] = (), output_fd: int | None = None,

@@ -19,6 +19,12 @@ description:
     for the job's O(progress_file) (C(ansible.builtin.slurp)); new whole lines are printed and
     appended to O(dest) on the controller. When a job has finished, its last lines are read,
     its progress file is removed and its result is kept.
+  - With O(heartbeat_file), each poll first refreshes the running jobs' heartbeat files (one
+    C(touch -c) of them all through the connection, no module), so that a sweep started with
+    O(llmops.sglang.throughput_sweep#module:heartbeat_file) stops when nobody polls it any more
+    (the controller killed, its machine or its network gone). When the controller's main process is
+    gone (this action's worker left orphaned), the action fails at its next poll and refreshes
+    nothing more.
   - Runs with the task's connection, so with the same C(delegate_to) as the sweep task.
   - Lines already appended to O(dest) stay when the play is interrupted.
   - Action plugin; this file is its documentation.
@@ -38,6 +44,16 @@ options:
       - The sweep's progress file on the job's machine, with C({instance}) replaced by each
         job's C(item.name) (the value the sweep task gave its O(llmops.sglang.throughput_sweep#module:progress_file)).
       - Without it only the jobs' ends are waited for.
+    type: str
+  heartbeat_file:
+    description:
+      - The sweep's heartbeat file on the job's machine, with C({instance}) replaced by each job's
+        C(item.name) (the value the sweep task gave its
+        O(llmops.sglang.throughput_sweep#module:heartbeat_file)); its modification time is
+        refreshed at each poll, and it is never created (the sweep creates it and removes it).
+      - Keep O(poll), plus the time one poll of all the jobs takes, well below the sweep's
+        O(llmops.sglang.throughput_sweep#module:heartbeat_timeout).
+      - Without it no heartbeat is refreshed.
     type: str
   dest:
     description:
@@ -74,6 +90,8 @@ EXAMPLES = r"""
     url: "{{ item.connect_url }}"
     progress_file: "/tmp/sweep-{{ item.name }}.jsonl"
     progress_labels: {host: "{{ inventory_hostname }}", instance: "{{ item.name }}"}
+    heartbeat_file: "/tmp/sweep-{{ item.name }}.heartbeat"
+    heartbeat_timeout: 30
   loop: "{{ instances }}"
   async: 7320
   poll: 0
@@ -83,6 +101,7 @@ EXAMPLES = r"""
   llmops.sglang.sweep_wait:
     jobs: "{{ started.results }}"
     progress_file: "/tmp/sweep-{instance}.jsonl"
+    heartbeat_file: "/tmp/sweep-{instance}.heartbeat"
     dest: "{{ playbook_dir }}/reports/run1/progress.jsonl"
   register: swept
 """

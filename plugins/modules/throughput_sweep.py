@@ -30,8 +30,10 @@ description:
   - A server that answers HTTP 401 (SGLang's C(--api-key)) stops the sweep at once with a
     message naming O(api_key).
   - Stops at once, cancelling its requests, on SIGINT, SIGTERM or SIGHUP, when the reader of its
-    result (the controller's connection) goes away, and when the process O(watch_pid) is gone;
-    see O(watch_pid) for jobs started with C(async).
+    result (the controller's connection) goes away, when the process O(watch_pid) is gone, and
+    when nobody refreshed O(heartbeat_file) for O(heartbeat_timeout) seconds; see O(watch_pid)
+    and O(heartbeat_file) for jobs started with C(async). The levels that finished stay in
+    O(progress_file) and the message says why it stopped.
   - One shared connection pool without a connection cap; connections are opened before each
     level; the O(warmup) requests are not measured.
   - Before each level a short warm-up round at the level's own concurrency (O(level_warmup)) lets
@@ -198,6 +200,25 @@ options:
       - A sweep that is not async needs none of this; it stops on SIGINT, SIGTERM and SIGHUP and
         when the reader of its result (the local connection's worker, sshd) goes away.
     type: int
+  heartbeat_file:
+    description:
+      - A file on the machine running the module that the sweep creates when it starts (mode 0600,
+        never through a symbolic link) and removes when it ends; whoever waits for the job must
+        refresh its modification time (C(touch -c)) more often than O(heartbeat_timeout). When
+        nobody did for longer, the sweep stops at once, as on an interrupt (the module fails, its
+        message says so; the levels already finished stay in O(progress_file)).
+      - For an async job on a host that is not the controller's machine, where O(watch_pid)
+        cannot be watched; C(llmops.sglang.sweep_wait) refreshes it at each poll (the bench role
+        sets both).
+      - Unset (the default), no heartbeat is expected.
+    type: path
+  heartbeat_timeout:
+    description:
+      - Seconds without a refresh of O(heartbeat_file) after which the sweep stops; counted on the
+        sweep's machine from the later of its start and the file's last modification.
+      - Used only with O(heartbeat_file). Must be > 0.
+    type: float
+    default: 60
   progress_file:
     description:
       - A file on the machine running the module to which one JSON line is appended per finished
@@ -262,10 +283,10 @@ attributes:
 notes:
   - The module runs as long as the sweep does (bounded by O(sweep_timeout)); use C(async) with a
     long O(sweep_timeout) if a connection between controller and host must not stay open.
-  - An async job on a remote host cannot see its controller; interrupted, it runs until its
-    C(async) limit or O(sweep_timeout) (or fails fast once its server is stopped). Run async
-    sweeps from the controller (C(delegate_to=localhost)) with O(watch_pid) to stop them with
-    the play.
+  - An async job on a remote host cannot see its controller's process; give it a
+    O(heartbeat_file) refreshed by whoever polls it (C(llmops.sglang.sweep_wait) with
+    C(heartbeat_file)), or it runs, once the controller is interrupted, until its C(async) limit
+    or O(sweep_timeout) (or fails fast once its server is stopped).
   - Run one module per server instance, close to it; a client far from the server adds network
     latency to TTFT and ITL.
 seealso:
@@ -324,6 +345,21 @@ EXAMPLES = r"""
   delegate_to: localhost
   async: 7320
   poll: 0
+
+- name: On the server's host in the background, stopping when nobody polls it for 30 s
+  llmops.sglang.throughput_sweep:
+    url: http://127.0.0.1:30000
+    progress_file: /tmp/sweep-gpu0.jsonl
+    heartbeat_file: /tmp/sweep-gpu0.heartbeat
+    heartbeat_timeout: 30
+  async: 7320
+  poll: 0
+  register: started
+
+- name: Wait for it, refreshing its heartbeat at each poll
+  llmops.sglang.sweep_wait:
+    jobs: ["{{ started }}"]
+    heartbeat_file: /tmp/sweep-gpu0.heartbeat
 
 - name: Show peak and knee
   ansible.builtin.debug:
@@ -725,6 +761,8 @@ def main() -> None:
             "max_concurrency": {"type": "int", "default": MAX_CONCURRENCY},
             "fail_on_errors": {"type": "bool", "default": False},
             "watch_pid": {"type": "int"},
+            "heartbeat_file": {"type": "path"},
+            "heartbeat_timeout": {"type": "float", "default": 60.0},
             "progress_file": {"type": "path"},
             "progress_labels": {"type": "dict"},
             "time_scale": {"type": "float"},

@@ -266,3 +266,75 @@ def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_leve
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         cleanup(dep)
+
+
+def _job_result(heartbeat_file: str, seconds: float) -> dict:
+    """The final result of the async sweep job given ``heartbeat_file`` (found in the async
+    folder by its invocation), or {} when none came within ``seconds``."""
+    folder = Path(os.environ.get("ANSIBLE_ASYNC_DIR") or Path.home() / ".ansible_async")
+    found: dict = {}
+
+    def look() -> bool:
+        for path in folder.glob("*"):
+            with contextlib.suppress(OSError, ValueError):
+                data = json.loads(path.read_text())
+                args = (data.get("invocation") or {}).get("module_args") or {}
+                if args.get("heartbeat_file") == heartbeat_file and "msg" in data:
+                    found.update(data)
+                    return True
+        return False
+
+    _wait_for(look, seconds, step=0.2)
+    return found
+
+
+def test_a_remote_sweep_stops_when_its_controller_is_killed(tmp_path: Path) -> None:
+    """The sweep made to act as on a remote host (no watch_pid: the test-only extra var
+    __sglang_bench_on_controller=false) and a short heartbeat timeout; once its first level has
+    landed, SIGKILL to ansible-playbook alone (its worker, polling, is left orphaned). No
+    signal reaches the async job: it stops because nobody refreshes its heartbeat any more, well
+    before its 30 s level would end; the level finished before stays in its progress file, and
+    its result says why it stopped."""
+    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.05)
+    proc = None
+    port = 0
+    host_progress: list[Path] = []
+    try:
+        assert dep.play("deploy.yml", profile="baseline").rc == 0
+        url = dep.manifest()["instances"][0]["connect_url"]
+        port = int(url.rsplit(":", 1)[1])
+        proc = dep.start("bench.yml", sglang_bench_concurrency=[1, 4], sglang_bench_duration=30,
+                         sglang_bench_max_tokens=256, sglang_bench_level_warmup=False, sglang_bench_progress_poll=0.5,
+                         sglang_bench_reports_dir=str(tmp_path / "reports"),
+                         __sglang_bench_on_controller=False, __sglang_bench_heartbeat_timeout=8)
+        pattern = f"llmops-sglang-sweep-*-{proc.pid}-localhost-gpu0.jsonl"
+
+        def first_level_landed() -> bool:
+            host_progress[:] = list(Path("/tmp").glob(pattern))
+            return bool(host_progress) and len(host_progress[0].read_text().splitlines()) >= 1
+
+        assert _wait_for(first_level_landed, 180.0, step=0.2), "no level finished"
+        assert client_pids(port), "the sweep should be running its C=4 level"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        # bound: the heartbeat timeout (8 s) and a few polls of the watcher, far below the level's 30 s
+        assert _wait_for(lambda: not client_pids(port), 25.0), client_pids(port)
+        assert _wait_for(lambda: _metric(url, "num_running_reqs") == 0, 10.0)
+        heartbeat = str(host_progress[0]).replace(".jsonl", ".heartbeat")
+        result = _job_result(heartbeat, 30.0)
+        assert result.get("failed") is True and "no heartbeat from the controller" in result["msg"], result
+        assert "during C=4; levels finished: 1" in result["msg"]
+        lines = [json.loads(line) for line in host_progress[0].read_text().splitlines()]
+        assert [(line["concurrency"], line["status"]) for line in lines] == [(1, "ok")]
+        assert not Path(heartbeat).exists()  # removed by the sweep
+    finally:
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the orphaned worker too
+            proc.wait(timeout=10)
+        for pid in client_pids(port) if port else []:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for path in host_progress:
+            path.unlink(missing_ok=True)
+        cleanup(dep)

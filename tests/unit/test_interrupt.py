@@ -210,3 +210,70 @@ def test_controller_pid_is_the_main_process_seen_from_a_worker() -> None:
         assert queue.get(timeout=30) == os.getpid() != worker.pid
     finally:
         worker.join(timeout=30)
+
+
+def test_heartbeat_age_follows_the_later_of_its_start_and_the_last_refresh(tmp_path: Path) -> None:
+    """The staleness rule: the clock starts when the sweep creates the file; each refresh of its
+    mtime (``touch -c``) restarts it; a removed file keeps the last time seen; stale only past
+    the timeout, with a reason naming the file and the timeout."""
+    path = tmp_path / "job.heartbeat"
+    beat = it.Heartbeat(str(path), 30.0)
+    beat.begin()
+    assert path.is_file() and (path.stat().st_mode & 0o777) == 0o600
+    start = path.stat().st_mtime
+    os.utime(path, (start - 1000, start - 1000))  # an older mtime never moves the clock back
+    assert beat.age(start + 10) == pytest.approx(10, abs=0.5)
+    assert beat.stale(start + 29) is None
+    why = beat.stale(start + 31)
+    assert why is not None and str(path) in why and "heartbeat_timeout=30 s" in why
+    os.utime(path, (start + 100, start + 100))  # refreshed by the controller
+    assert beat.stale(start + 120) is None and beat.age(start + 120) == pytest.approx(20)
+    path.unlink()  # gone: the last refresh seen still counts, and only it
+    assert beat.age(start + 120) == pytest.approx(20)
+    assert beat.stale(start + 131) is not None
+    assert beat.age(start) == 0.0  # a clock that went back: never negative
+    beat.begin()
+    beat.end()
+    assert not path.exists()
+    beat.end()  # twice: nothing to do
+
+
+def test_heartbeat_refuses_a_symlink_and_a_timeout_not_above_zero(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    link = tmp_path / "job.heartbeat"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        it.Heartbeat(str(link), 5.0).begin()
+    assert target.read_text() == "keep"
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="heartbeat_timeout must be > 0"):
+            it.Heartbeat(str(tmp_path / "x"), bad)
+
+
+def test_interrupts_cancel_when_the_heartbeat_goes_stale_and_not_while_it_is_refreshed(tmp_path: Path) -> None:
+    path = tmp_path / "job.heartbeat"
+    beat = it.Heartbeat(str(path), 0.4)
+    beat.begin()
+    reason, _ = _run_guarded(it.Interrupts(heartbeat=beat, interval=0.05), 30.0)
+    assert reason is not None and "no heartbeat from the controller" in reason
+
+    beat = it.Heartbeat(str(path), 0.4)
+    beat.begin()
+
+    async def refreshed() -> str | None:
+        guard = it.Interrupts(heartbeat=beat, interval=0.05)
+        task = asyncio.ensure_future(asyncio.sleep(1.5))  # well past the timeout
+        guard.start(task)
+        try:
+            while not task.done():
+                os.utime(path)  # sweep_wait's touch -c
+                await asyncio.sleep(0.05)
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            guard.close()
+        return guard.reason
+
+    assert asyncio.run(refreshed()) is None

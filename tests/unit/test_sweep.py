@@ -652,6 +652,24 @@ def test_a_sweep_stops_at_once_when_its_reader_or_its_watched_process_is_gone(se
     assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
 
 
+def test_a_sweep_stops_when_its_heartbeat_goes_stale_and_removes_the_file(server: str, tmp_path: Path) -> None:
+    """Nobody refreshes the heartbeat file (the controller is gone): the sweep stops as on an
+    interrupt, saying why, and leaves no heartbeat file behind; a bad timeout is refused first."""
+    beat = tmp_path / "gpu0.heartbeat"
+    with pytest.raises(sw.SweepError, match="heartbeat_timeout must be > 0"):
+        sw.run_sweep(sw.SweepOptions(url=server, heartbeat_file=str(beat), heartbeat_timeout=0, **SLOW_OPTIONS))
+    configure(server, **SLOW_CFG)
+    try:
+        with pytest.raises(sw.SweepInterrupted, match="no heartbeat from the controller") as info:
+            sw.run_sweep(sw.SweepOptions(url=server, heartbeat_file=str(beat), heartbeat_timeout=0.5, **SLOW_OPTIONS))
+        assert "during C=4; levels finished: none" in str(info.value)
+        assert not beat.exists()
+        assert _stats(server)["received"] == 4
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+    finally:
+        _kill_clients(server)
+
+
 def test_sigint_stops_the_module_and_its_requests(server: str) -> None:
     """Ctrl-C to the process group of `ansible` running the module (the local connection):
     within a couple of seconds nothing talks to the server any more."""
