@@ -32,7 +32,7 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup router lint unit integration molecule build sanity sanity-newcore test test-newcore fleet-test demo clean stop
+.PHONY: help setup router lint unit integration e2e molecule build sanity sanity-newcore test test-newcore fleet-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
@@ -42,6 +42,7 @@ help:
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
 	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules, plugins/filter and plugins/lookup)"
 	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
+	@echo "make e2e          end-to-end runs of several minutes (tune.yml on the seed inventory, then deploy)"
 	@echo "make fleet-test   fleet scenarios over real SSH: network-namespace hosts on this machine (root; installs openssh-server)"
 	@echo "make stop         stop everything the demo started"
 
@@ -73,7 +74,12 @@ unit: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 tests/unit
 
 integration: setup router
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 tests/integration
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not e2e" tests/integration
+
+# End-to-end runs of several minutes each (tune.yml on inventories/seed, then deploy.yml): not in
+# `make test` (which stays under 20 minutes on 2 cores); .ci/run runs them after it.
+e2e: setup router
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m e2e tests/integration
 
 molecule: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s default
@@ -136,9 +142,11 @@ sanity-newcore:
 # iproute2 and openssh-server; the server is installed here from apt when missing (quiet, each
 # apt step bounded by FLEET_APT_TIMEOUT, its output shown only on failure; an image's
 # policy-rc.d, as here, keeps the package from starting a system sshd). Not part of `make test`
-# (yet). FLEET_ARGS go to pytest, e.g. FLEET_ARGS="-k smoke --fleet-servers 4".
+# (it is .ci/run's own step, FLEET_TESTS=tests/fleet/test_fleet_rollout.py: the six scenarios;
+# the smoke scenario repeats the first). FLEET_TESTS: what pytest runs; FLEET_ARGS go to pytest, e.g. FLEET_ARGS="-k smoke --fleet-servers 4".
 FLEET_APT_TIMEOUT ?= 600
 FLEET_ARGS ?=
+FLEET_TESTS ?= tests/fleet
 fleet-test: setup
 	@test "$$(id -u)" = 0 || { echo "make fleet-test: needs root (network namespaces, a bridge, sshd)"; exit 1; }
 	@command -v ip >/dev/null || { echo "make fleet-test: needs iproute2 (the ip command)"; exit 1; }
@@ -147,7 +155,7 @@ fleet-test: setup
 	  { timeout $(FLEET_APT_TIMEOUT) apt-get update -qq && \
 	    timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends openssh-server; } >"$$log" 2>&1 \
 	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/fleet $(FLEET_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q $(FLEET_TESTS) $(FLEET_ARGS)
 
 test: setup lint unit integration molecule build sanity test-newcore
 	@echo "make test: all stages passed"

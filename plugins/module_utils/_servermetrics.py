@@ -226,4 +226,3 @@ def sample_interval(time_scale: Any, base: float = 0.5, floor: float = 0.05) -> 
     if isinstance(time_scale, (int, float)) and 0 < time_scale < 1:
         return max(floor, base * float(time_scale))
     return base
-

@@ -97,6 +97,7 @@ def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups
             name, group = gpu_class_key(facts.get(host) or {}), ""
         entry = out.setdefault(name, {"hosts": [], "group": group})
         entry["hosts"].append(host)
+
     def exists(rel: str) -> bool:
         return bool(vars_dir) and (os.path.isdir(os.path.join(vars_dir, rel)) if rel.endswith("/")
                                    else os.path.exists(os.path.join(vars_dir, rel)))

@@ -36,6 +36,7 @@ def _seed_copy(tmp_path: Path) -> Deployment:
     return Deployment(base=base, inventory=inv, extra=extra)
 
 
+@pytest.mark.e2e
 def test_tune_on_seed_finds_mtp_hicache_writes_it_back_and_deploy_uses_it(tmp_path: Path) -> None:
     dep = _seed_copy(tmp_path)
     try:

@@ -136,7 +136,9 @@ def test_merged_level_equals_the_single_process_point_on_the_same_traces() -> No
     assert got["status"] == "errors" and got["errors"]["stream"] == 1 and got["errors"]["short"] == 1
     assert got["steady_output_tok_s"] is not None and got["drift"]["window"] == "steady"
     # and the raw records the facts keep are the same, request by request
-    key = lambda r: r["index"]  # noqa: E731
+    def key(record: dict) -> int:
+        return record["index"]
+
     assert sorted((sw.trace_record(t, 50.0) for t in merged.traces), key=key) == sorted(
         (sw.trace_record(t, 50.0) for t in traces), key=key)
 
