@@ -136,11 +136,8 @@ def test_merged_level_equals_the_single_process_point_on_the_same_traces() -> No
     assert got["status"] == "errors" and got["errors"]["stream"] == 1 and got["errors"]["short"] == 1
     assert got["steady_output_tok_s"] is not None and got["drift"]["window"] == "steady"
     # and the raw records the facts keep are the same, request by request
-    def key(record: dict) -> int:
-        return record["index"]
-
-    assert sorted((sw.trace_record(t, 50.0) for t in merged.traces), key=key) == sorted(
-        (sw.trace_record(t, 50.0) for t in traces), key=key)
+    assert sorted((sw.trace_record(t, 50.0) for t in merged.traces), key=_by_index) == sorted(
+        (sw.trace_record(t, 50.0) for t in traces), key=_by_index)
 
 
 def test_merged_health_is_the_worst_process() -> None:
@@ -381,3 +378,7 @@ def test_a_level_timeout_cuts_every_process_and_counts_its_requests(slow: str) -
     assert point["errors"]["timeout"] == point["requests"] == 6 and point["status"] == "no_requests_ok"
     assert _no_children_left()
     assert _wait_for(lambda: _stats(slow)["in_flight"] == 0, 3.0)
+
+
+def _by_index(record: dict) -> int:
+    return record["index"]
