@@ -288,6 +288,7 @@ def _job_result(heartbeat_file: str, seconds: float) -> dict:
     return found
 
 
+@pytest.mark.e2e
 def test_a_remote_sweep_stops_when_its_controller_is_killed(tmp_path: Path) -> None:
     """The sweep made to act as on a remote host (no watch_pid: the test-only extra var
     __sglang_bench_on_controller=false) and a short heartbeat timeout; once its first level has

@@ -229,6 +229,7 @@ def test_router_unit_verifies(tmp_path: Path) -> None:
     assert verify.returncode == 0 and not problems, verify.stdout + verify.stderr
 
 
+@pytest.mark.e2e
 def test_bench_through_the_router_reports_workers_fleet_total_and_router_side_by_side(
         routed: Deployment, tmp_path: Path) -> None:
     """bench.yml -e sglang_bench_target=router: both instances swept, then the real router with
