@@ -109,10 +109,8 @@ options:
         fails with the tail of its log.
     type: float
     default: 1.0
-  log_tail_lines:
-    description: Number of log lines shown when the service fails to start.
-    type: int
-    default: 50
+extends_documentation_fragment:
+  - llmops.sglang.service_log
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.

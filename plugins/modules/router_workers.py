@@ -51,11 +51,6 @@ options:
         the servers' C(--api-key). Without it the router forwards each client's own
         C(Authorization) header.
     type: str
-  api_key:
-    description:
-      - The key the router itself requires (its C(--api-key)); sent as a bearer token on every
-        C(/workers) call. A router started with a key answers 401 without it.
-    type: str
   wait_healthy:
     description:
       - After adding, poll C(GET /workers) until every added worker is listed and healthy, for
@@ -72,6 +67,8 @@ options:
     description: Seconds one HTTP request to the router may take.
     type: float
     default: 10
+extends_documentation_fragment:
+  - llmops.sglang.server_api
 attributes:
   check_mode:
     description:
@@ -88,6 +85,8 @@ notes:
     answers with the same id.
   - The router keeps its workers in memory only; after a restart it has none until they are
     added again.
+  - O(api_key) is the router's own key (every C(/workers) call sends it); O(worker_api_key) is
+    the workers' key, which the router sends them.
 seealso:
   - name: docs/fleet.md
     description: The router, its worker API and the facts behind the role's defaults.

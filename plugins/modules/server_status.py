@@ -27,15 +27,14 @@ options:
     description: Ask every instance over HTTP; V(false) only reads the manifest and the pid files.
     type: bool
     default: true
-  api_key:
-    description: Bearer token when the servers enforce C(--api-key).
-    type: str
   timeout:
     description: Seconds per request.
     type: float
     default: 10
 author:
   - llmops.sglang contributors (@llmops)
+extends_documentation_fragment:
+  - llmops.sglang.server_api
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.

@@ -27,8 +27,9 @@ description:
     timeout) is marked (C(status) C(errors), or C(no_requests_ok) when nothing succeeded), left
     out of peak, knee and plateau and named in a warning; with O(fail_on_errors) the module
     then fails, the sweep still returned.
-  - A server that answers HTTP 401 (SGLang's C(--api-key)) stops the sweep at once with a
-    message naming O(api_key).
+  - A server that answers HTTP 401 or 403 (SGLang's C(--api-key)) to the first probes or
+    requests stops the sweep at once with a message naming O(api_key) that says whether a key is
+    required (none was sent) or the one sent was refused.
   - Stops at once, cancelling its requests, on SIGINT, SIGTERM or SIGHUP, when the reader of its
     result (the controller's connection) goes away, when the process O(watch_pid) is gone, and
     when nobody refreshed O(heartbeat_file) for O(heartbeat_timeout) seconds; see O(watch_pid)
@@ -175,12 +176,6 @@ options:
         (0.05 = 5%). Used by O(stop_on_plateau) and by the knee's plateau rule.
     type: float
     default: 0.05
-  api_key:
-    description:
-      - Bearer token sent as C(Authorization) (SGLang's C(--api-key)).
-      - A server that answers HTTP 401 or 403 to the first probes or requests ends the sweep at
-        once with a message that says a key is required (none sent) or was refused.
-    type: str
   fail_on_errors:
     description:
       - Fail when a measured request of any level failed (any kind, C(short) only with
@@ -269,6 +264,8 @@ options:
       - An integer from 0 to 256, or C(auto).
     type: raw
     default: 1
+extends_documentation_fragment:
+  - llmops.sglang.server_api
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.

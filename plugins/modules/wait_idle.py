@@ -16,7 +16,8 @@ description:
   - Reads each instance's C(/metrics) gauges C(sglang:num_running_reqs) and
     C(sglang:num_queue_reqs) (SGLang with C(--enable-metrics); every profile of the collection
     turns it on) until both are 0, at most O(timeout) seconds. An instance without C(/metrics)
-    gets O(grace) seconds instead.
+    gets O(grace) seconds instead. SGLang asks no key for C(/metrics); O(api_key) is sent all
+    the same.
   - Never fails because of a drain that timed out - it reports it (C(idle=false)); the caller
     decides. Changes nothing.
 author:
@@ -48,9 +49,8 @@ options:
     description: Seconds between polls.
     type: float
     default: 0.5
-  api_key:
-    description: Bearer token for servers with C(--api-key) (SGLang does not ask one for C(/metrics)).
-    type: str
+extends_documentation_fragment:
+  - llmops.sglang.server_api
 attributes:
   check_mode:
     description: Only reads; in check mode nothing is polled.

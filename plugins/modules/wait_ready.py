@@ -55,15 +55,11 @@ options:
     description: Seconds one poll may take (a one-token generation).
     type: float
     default: 30
-  api_key:
-    description: Sent as an C(Authorization) bearer token when the servers enforce C(--api-key).
-    type: str
-  log_tail_lines:
-    description: How many log lines to show for an instance that is not ready.
-    type: int
-    default: 50
 author:
   - llmops.sglang contributors (@llmops)
+extends_documentation_fragment:
+  - llmops.sglang.server_api
+  - llmops.sglang.service_log
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
