@@ -3,7 +3,7 @@
 """Deployment helpers: readiness timeouts, readiness waiting, status.
 
 Stdlib only: the functions that run on hosts (wait_for_ready, query_status) are shipped
-inside modules through AnsiballZ and must run on any host Python >= 3.8.
+inside modules through AnsiballZ and must run on any host Python >= 3.10.
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ instance name)::
 It runs as the systemd unit ``sglang-router.service`` or as the detached service
 ``sglang-router``.
 
-Stdlib only, Python >= 3.8: modules ship this file to hosts.
+Stdlib only, Python >= 3.10: modules ship this file to hosts.
 """
 from __future__ import annotations
 

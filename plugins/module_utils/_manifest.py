@@ -8,7 +8,7 @@ current one; a missing or unreadable one is rebuilt from the instance folders
 (``_layout.discover``: launch scripts and pid files), so that stop and status still find
 the servers that run.
 
-Stdlib only, Python >= 3.8 (``llmops.sglang.server_status`` ships it to hosts).
+Stdlib only, Python >= 3.10 (``llmops.sglang.server_status`` ships it to hosts).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 beside full attention) or dense, and whether it has a built-in MTP head.
 
 The one rule, used by the planner (flags, HiCache pools), the performance model and the
-embedded engine. Stdlib only, Python >= 3.8.
+embedded engine. Stdlib only, Python >= 3.10.
 """
 from __future__ import annotations
 

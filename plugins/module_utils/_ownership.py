@@ -16,7 +16,7 @@ instance ``gpuN`` of the deployment under ``base_dir`` when
 
 Anything else on a GPU is foreign: the plan refuses that GPU unless told to go ahead.
 
-Stdlib only, Python >= 3.8 (shipped to hosts inside ``llmops.sglang.host_facts``).
+Stdlib only, Python >= 3.10 (shipped to hosts inside ``llmops.sglang.host_facts``).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ fewer servers than before. These checks run on the host after the plan and befor
   (they are stopped before the new ones start); otherwise the holder is named (pid, name);
 - the files and executables the launch needs exist.
 
-Stdlib only, Python >= 3.8 (``llmops.sglang.preflight`` ships it to hosts). Linux /proc.
+Stdlib only, Python >= 3.10 (``llmops.sglang.preflight`` ships it to hosts). Linux /proc.
 """
 from __future__ import annotations
 

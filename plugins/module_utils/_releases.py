@@ -7,7 +7,7 @@ speculative-decoding defaults, endpoints), checked against the released packages
 supported when it has traits and a flag schema (``data/flag_schemas/sglang-<release>.json``).
 Read by the planner on the controller and by the embedded engine on hosts.
 
-Stdlib only, Python >= 3.8.
+Stdlib only, Python >= 3.10.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 """What the collection reads from an SGLang server's ``/server_info``: the one reader, for
 status (``_deploy.instance_status``) and the sweep's snapshots (``_sweep``).
 
-Stdlib only, Python >= 3.8.
+Stdlib only, Python >= 3.10.
 """
 from __future__ import annotations
 
