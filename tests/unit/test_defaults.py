@@ -322,6 +322,34 @@ def test_paths_release_and_shared_module_defaults_have_one_value(monkeypatch: py
     assert not problems, "\n".join(problems)
 
 
+# A role variable passed straight to a module option of the same meaning: one default. Not here,
+# on purpose: the router role waits for added workers (sglang_router_workers_wait true, 300 s) where
+# router_workers by itself does not (wait_healthy false, 60 s); the server role gives a GPU server
+# sglang_stop_timeout 120 s to exit where detached_service's generic stop_timeout is 60 s.
+ROLE_TO_MODULE = [
+    ("router", "sglang_router_workers", "router_workers", "workers"),
+    ("router", "sglang_router_workers_state", "router_workers", "state"),
+    ("server", "sglang_declared_gpus", "host_facts", "declared_gpus"),
+    ("server", "sglang_log_tail_lines", "wait_ready", "log_tail_lines"),
+    ("server", "sglang_log_tail_lines", "detached_service", "log_tail_lines"),
+    ("server", "sglang_ready_interval", "wait_ready", "interval"),
+    ("bench", "sglang_bench_progress_poll", "sweep_wait", "poll"),
+]
+
+
+def test_role_variables_passed_to_a_module_share_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    problems = []
+    for role, var, module, opt in ROLE_TO_MODULE:
+        value = role_defaults(role)[var]
+        found = {"DOCUMENTATION": module_doc_options(module)[opt].get("default")}
+        if module in MODULES:
+            found["argument_spec"] = module_argument_spec(module, monkeypatch)[opt].get("default")
+        for where, got in found.items():
+            if not same(value, got):
+                problems.append(f"roles/{role}: {var} is {value!r}, {module}'s {opt} defaults to {got!r} ({where})")
+    assert not problems, "\n".join(problems)
+
+
 def test_docs_state_the_request_timeout_the_code_uses() -> None:
     text = (ROOT / "docs" / "sweep.md").read_text()
     said = re.findall(r"`timeout` \(per request, default (\d+(?:\.\d+)?) s\)", text)
