@@ -18,4 +18,3 @@ options:
       - Never logged (C(no_log)) and never returned.
     type: str
 """
-
