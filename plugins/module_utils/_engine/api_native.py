@@ -49,7 +49,7 @@ def _meta(req: Req) -> dict[str, Any]:
         "reasoning_tokens": 0,
         "completion_tokens": len(req.output_ids),
         "cached_tokens": req.cached_tokens,
-        "cached_tokens_details": ({"device": req.cached_tokens, "host": 0}
+        "cached_tokens_details": ({"device": req.cached_device, "host": req.cached_host}
                                   if req.cached_tokens else None),
         "dp_rank": None,
     }

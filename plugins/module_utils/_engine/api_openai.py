@@ -51,6 +51,7 @@ class _Call:
     created: int
     include_usage: bool
     sub: Submission
+    cache_report: bool = False  # --enable-cache-report
 
     @property
     def reqs(self) -> list[Req]:
@@ -81,16 +82,19 @@ def _admit(engine: Engine, body: dict[str, Any], prompts: Prompts, max_tokens: i
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     sub = engine.scheduler.submit(prompts, max_tokens, stream, seed=body.get("seed"))
     return _Call(str(body.get("model") or "default"), uuid.uuid4().hex, int(time.time()),
-                 include_usage, sub)
+                 include_usage, sub, bool(engine.config.args.get("enable_cache_report")))
 
 
-def usage(reqs: list[Req], details: bool) -> dict[str, Any]:
+def usage(reqs: list[Req], details: bool, cache_report: bool = False) -> dict[str, Any]:
+    """The usage block; ``prompt_tokens_details`` (where the recording has it) is null unless
+    the server runs with ``--enable-cache-report``: then ``{"cached_tokens": N}``."""
     prompt = sum(r.prompt_tokens for r in reqs)
     completion = sum(len(r.output_ids) for r in reqs)
     out: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                            "completion_tokens": completion}
     if details:
-        out["prompt_tokens_details"] = None
+        out["prompt_tokens_details"] = ({"cached_tokens": sum(r.cached_tokens for r in reqs)}
+                                        if cache_report else None)
     out["reasoning_tokens"] = 0
     return out
 
@@ -120,7 +124,7 @@ def _completion(call: _Call) -> dict[str, Any]:
             "choices": [{"index": r.index, "text": detok(r.output_ids), "logprobs": None,
                          "finish_reason": r.finish_reason, "matched_stop": r.matched_stop}
                         for r in call.reqs],
-            "usage": usage(call.reqs, details=True),
+            "usage": usage(call.reqs, details=True, cache_report=call.cache_report),
             "metadata": {"weight_version": "default"}}
 
 
@@ -194,7 +198,7 @@ def _chat(call: _Call) -> dict[str, Any]:
                 "reasoning_content": None, "tool_calls": None},
                 "logprobs": None, "finish_reason": r.finish_reason,
                 "matched_stop": r.matched_stop} for r in call.reqs],
-            "usage": usage(call.reqs, details=True),
+            "usage": usage(call.reqs, details=True, cache_report=call.cache_report),
             "metadata": {"weight_version": "default"}}
 
 
@@ -219,7 +223,7 @@ async def _chat_chunks(call: _Call) -> AsyncIterator[dict[str, Any]]:
             yield _chat_chunk(call, index, {"reasoning_content": None}, call.reqs[index].finish_reason)
     if call.include_usage:
         yield {**call.head("chat.completion.chunk"), "choices": [],
-               "usage": usage(call.reqs, details=True)}
+               "usage": usage(call.reqs, details=True, cache_report=call.cache_report)}
 
 
 async def chat(engine: Engine, request: ApiRequest) -> Reply | Stream:

@@ -37,7 +37,8 @@ class EngineConfig:
     vocab_size: int
     mamba_slots: int
     graph_max_bs: int
-    radix_cache: bool  # the prefix cache (off on hybrid models)
+    radix_cache: bool  # the prefix cache (off with --disable-radix-cache)
+    host_kv_tokens: int = 0  # the HiCache host KV pool (0 without HiCache)
 
     @classmethod
     def build(cls, *, args: dict[str, Any], plan: EnginePlan, gpu_name: str, release: str,
@@ -54,7 +55,8 @@ class EngineConfig:
             vocab_size=int(model_config.get("vocab_size") or 32000),
             mamba_slots=plan.mamba_slots if hybrid else 0,  # at least the strategy's ratio
             graph_max_bs=int(plan.cuda_graph_max_bs),
-            radix_cache=not hybrid and not args.get("disable_radix_cache"),
+            radix_cache=not args.get("disable_radix_cache"),
+            host_kv_tokens=host_kv_tokens(plan),
         )
 
 
@@ -70,7 +72,7 @@ class Engine:
         self.config = config
         self.log = log
         self.state = "loading"  # loading -> warmup -> ready -> stopping
-        self.metrics = EngineMetrics(hicache_total=host_kv_tokens(config.plan))
+        self.metrics = EngineMetrics(hicache_total=config.host_kv_tokens)
         self.scheduler = RequestScheduler(config, self.metrics, log)
         self.stop_event = asyncio.Event()
         self.started_wall = time.time()

@@ -58,11 +58,15 @@ def _stage_histograms() -> dict[str, Histogram]:
 @dataclass
 class EngineMetrics:
     """The counters and histograms of one engine; ``hicache_total``: host KV pool tokens (0
-    without HiCache)."""
+    without HiCache). Cached prompt tokens by source (device, host) are counted when a request
+    finishes; ``cache_hit_rate`` is the last prefill batch's; ``load_back_total`` the host-to-
+    device tokens so far (the prefix cache's count)."""
 
     hicache_total: int = 0
-    hicache_used: int = 0
-    cached_total: int = 0
+    cached_device: int = 0
+    cached_host: int = 0
+    cache_hit_rate: float = 0.0
+    load_back_total: int = 0
     steps_prefill: int = 0
     steps_decode: int = 0
     counters: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -110,9 +114,14 @@ class EngineMetrics:
     def _count(self, name: str, stream: str, value: float) -> None:
         self.counters[(name, stream)] = self.counters.get((name, stream), 0.0) + value
 
-    def observe_finished(self, stream: bool, prompt: int, cached: int, generated: int,
-                         e2e: float) -> None:
+    @property
+    def cached_total(self) -> int:
+        return self.cached_device + self.cached_host
+
+    def observe_finished(self, stream: bool, prompt: int, cached_device: int, cached_host: int,
+                         generated: int, e2e: float) -> None:
         """A request that finished: token counters, e2e latency, length histograms."""
+        cached = cached_device + cached_host
         label = "true" if stream else "false"
         self._count("prompt_tokens_total", label, prompt)
         self._count("generation_tokens_total", label, generated)
@@ -121,11 +130,10 @@ class EngineMetrics:
         self.hist_plain["prompt_tokens_histogram"].observe(prompt)
         self.hist_plain["uncached_prompt_tokens_histogram"].observe(prompt - cached)
         self.hist_plain["generation_tokens_histogram"].observe(generated)
-        self.cached_total += cached
+        self.cached_device += cached_device
+        self.cached_host += cached_host
         self.realtime["prefill_compute"] += prompt - cached
         self.realtime["prefill_cache"] += cached
-        if self.hicache_total:
-            self.hicache_used = min(self.hicache_total, self.hicache_used + prompt + generated)
 
     def prompt_tokens(self) -> float:
         return sum(self.counters.get(("prompt_tokens_total", s), 0.0) for s in ("true", "false"))

@@ -93,6 +93,7 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ('generation_tokens_histogram', 'histogram', 'Histogram of generation token length.'),
     ('inter_token_latency_seconds', 'histogram', 'Histogram of inter-token latency in seconds.'),
     ('cached_tokens_total', 'counter', 'Number of cached prompt tokens by source (device/host/storage).'),
+    ('load_back_tokens_total', 'counter', 'Number of tokens loaded back from host to device.'),
 )
 _FAMILY_INFO = {name: (kind, help_) for name, kind, help_ in _FAMILIES}
 
@@ -202,8 +203,12 @@ def _request_counters(out: _Text) -> None:
         out.sample("num_requests_total", [("is_streaming", s)],
                    m.counters.get(("num_requests_total", s), 0.0))
         for s in _STREAMING if ("num_requests_total", s) in m.counters])
+    sources = [("device", m.cached_device)]
+    if m.hicache_total:
+        sources.append(("host", m.cached_host))
     out.family("cached_tokens_total", [
-        out.sample("cached_tokens_total", [("cache_source", "device")], m.cached_total)])
+        out.sample("cached_tokens_total", [("cache_source", source)], value)
+        for source, value in sources])
     out.family("routing_keys_active", ["sglang:routing_keys_active 0.0"])
     out.family("http_requests_active", [
         out.sample("http_requests_active", [("endpoint", e), ("method", k)], float(n), base=[])
@@ -245,8 +250,7 @@ def _load(out: _Text) -> None:
     out.gauge("num_queue_reqs", scheduler.num_queued())
     out.gauge("num_grammar_queue_reqs", 0.0)
     out.gauge("gen_throughput", scheduler.stats.last_gen_throughput if running else 0.0)
-    total_prompt = m.prompt_tokens()
-    out.gauge("cache_hit_rate", m.cached_total / total_prompt if total_prompt else 0.0)
+    out.gauge("cache_hit_rate", m.cache_hit_rate)
     out.gauge("decode_sum_seq_lens", used)
     out.gauge("token_usage", scheduler.token_usage())
     out.gauge("full_token_usage", scheduler.token_usage() if config.hybrid else 0.0)
@@ -261,8 +265,8 @@ def _pools(out: _Text) -> None:
     running, used = scheduler.num_running(), scheduler.used_tokens()
     out.gauge("num_used_tokens", used)
     out.gauge("kv_available_tokens", max(0, config.max_total_tokens - used))
-    out.gauge("kv_evictable_tokens", float(sum(scheduler.prefix_cache.values()))
-              if config.radix_cache else 0.0)
+    cache = scheduler.cache
+    out.gauge("kv_evictable_tokens", float(cache.evictable_device_tokens()) if cache else 0.0)
     out.gauge("kv_used_tokens", used)
     for name in _ZERO_SWA:
         out.gauge(name, 0.0)
@@ -294,8 +298,13 @@ def _batches(out: _Text) -> None:
     out.gauge("new_token_ratio", 0.7 if running else 0.0)
     out.gauge("is_cuda_graph", 1.0 if 0 < running <= config.graph_max_bs else 0.0)
     if m.hicache_total:
-        out.gauge("hicache_host_used_tokens", m.hicache_used)
+        cache = out.engine.scheduler.cache
+        out.gauge("hicache_host_used_tokens", cache.host_used if cache else 0)
         out.gauge("hicache_host_total_tokens", m.hicache_total)
+        if m.load_back_total:  # declared at the first load-back, as the labelled counter is
+            out.family("load_back_tokens_total", [
+                out.sample("load_back_tokens_total", [("pool", "kv")], m.load_back_total,
+                           base=out.sched)])
 
 
 def _routing_and_passes(out: _Text) -> None:

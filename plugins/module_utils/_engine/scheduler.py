@@ -11,21 +11,26 @@ import hashlib
 import random
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.metrics import EngineMetrics
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel import Scheduler, StepResult
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.radixcache import (
+    Handle,
+    Match,
+    PrefixCache,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.tokens import prompt_ids
 
 if TYPE_CHECKING:
     from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import EngineConfig
 
 DECODE_LOG_INTERVAL = 40
 HEALTH_TIMEOUT_S = 20.0
-PREFIX_CACHE_ENTRIES = 4096
+MAMBA_CACHE_CHUNK = 64  # FLA chunk: the grid of the Mamba states a hybrid model keeps
 # asyncio.wait_for raises asyncio.TimeoutError, the builtin only from Python 3.11 on
 TIMEOUTS = (asyncio.TimeoutError, TimeoutError)  # noqa: UP041
 
@@ -63,6 +68,13 @@ class Req:
     # the latency histograms' clock (RequestScheduler.metric_clock): arrival and last token
     m_submitted: float = 0.0
     m_last_token: float | None = None
+    # the prefix cache: the prompt's token sequence, the hit split, the match being admitted
+    # and the locked prompt
+    token_ids: tuple[Hashable, ...] = ()
+    cached_device: int = 0
+    cached_host: int = 0
+    match: Match | None = None
+    handle: Handle | None = None
 
 
 @dataclass
@@ -113,6 +125,28 @@ class BatchStats:
     decode_moments: list[float] = field(default_factory=lambda: [0.0] * 6)
 
 
+def flush_clears_host(release: str) -> bool:
+    """Whether ``/flush_cache`` clears the HiCache host pool: from 0.5.23 on."""
+    try:
+        version = tuple(int(p) for p in release.split(".")[:3])
+    except ValueError:
+        return True
+    return version >= (0, 5, 23)
+
+
+def new_prefix_cache(config: EngineConfig) -> PrefixCache | None:
+    """The radix cache of the device KV pool (and the HiCache host pool); None with
+    ``--disable-radix-cache``."""
+    if not config.radix_cache:
+        return None
+    args = config.args
+    page = int(args.get("page_size") or 1)
+    return PrefixCache(device_tokens=config.max_total_tokens, host_tokens=config.host_kv_tokens,
+                       write_policy=str(args.get("hicache_write_policy") or "write_through"),
+                       page_size=page,
+                       mamba_chunk=max(MAMBA_CACHE_CHUNK, page) if config.hybrid else 0)
+
+
 class RequestScheduler:
     """The requests in flight and the loop that paces their tokens."""
 
@@ -120,11 +154,12 @@ class RequestScheduler:
         self.config = config
         self.metrics = metrics
         self.log = log
-        self.sched = Scheduler(config.plan)
+        self.cache = new_prefix_cache(config)
+        self.sched = Scheduler(config.plan, prefix=self if self.cache is not None else None)
         self.reqs: dict[str, Req] = {}
         self.wake = asyncio.Event()
-        self.prefix_cache: OrderedDict[str, int] = OrderedDict()
         self.stats = BatchStats()
+        self.flushing = False  # a /flush_cache waiting for idle
         # the step in flight: its scheduled loop-time start and the scheduler clock then
         # (metric_clock interpolates between them)
         self._step_wall0 = 0.0
@@ -140,31 +175,81 @@ class RequestScheduler:
         loop_now = asyncio.get_running_loop().time()
         for index, (tokens, key) in enumerate(prompts):
             rid = uuid.uuid4().hex
-            cached = self._cached_tokens(key, tokens) if not internal else 0
             digest = hashlib.sha256(f"{key}|{seed}|{index}".encode()).digest()
-            req = Req(rid=rid, index=index, prompt_tokens=tokens, cached_tokens=cached,
+            req = Req(rid=rid, index=index, prompt_tokens=tokens, cached_tokens=0,
                       max_new=max(1, max_new), stream=stream, sink=sink,
                       rng=random.Random(int.from_bytes(digest[:8], "big")),
                       received_ts=now_wall, dispatch_ts=time.time(), submitted_at=loop_now,
-                      internal=internal, m_submitted=self.metric_clock(loop_now))
+                      internal=internal, m_submitted=self.metric_clock(loop_now),
+                      token_ids=() if internal else prompt_ids(key, tokens))
             self.reqs[rid] = req
-            self.sched.submit(rid, max(1, tokens - cached), req.max_new)
+            self.sched.submit(rid, max(1, tokens), req.max_new)
             reqs.append(req)
         self.wake.set()
         return Submission(reqs, sink, lambda: self.cancel(reqs))
 
-    def _cached_tokens(self, key: str, tokens: int) -> int:
-        """The prefix cache: a repeated prompt hits all but one token (none on hybrid models,
-        where the radix cache is off)."""
-        if not self.config.radix_cache:
-            return 0
-        if key in self.prefix_cache:
-            self.prefix_cache.move_to_end(key)
-            return max(0, min(self.prefix_cache[key], tokens) - 1)
-        self.prefix_cache[key] = tokens
-        if len(self.prefix_cache) > PREFIX_CACHE_ENTRIES:
-            self.prefix_cache.popitem(last=False)
-        return 0
+    # -- the prefix cache (perfmodel.batching.PrefixHook) ----------------------------------
+    def match(self, req_id: str) -> tuple[int, int]:
+        """The cached prefix of a request about to be admitted: (device, host) tokens."""
+        req = self.reqs.get(req_id)
+        if self.cache is None or req is None or req.internal or not req.token_ids:
+            return 0, 0
+        req.match = self.cache.match(req.token_ids)
+        return req.match.device, req.match.host
+
+    def admitted(self, req_ids: list[str]) -> None:
+        """Admitted to a prefill: host hits are loaded back, the prompts inserted and locked."""
+        cache = self.cache
+        if cache is None:
+            return
+        reqs = [r for r in (self.reqs.get(i) for i in req_ids) if r is not None and r.match]
+        for req in reqs:  # a retracted request comes back: it lets go of its old prompt
+            if req.handle is not None:
+                cache.release(req.handle)
+        outside = self._outside_tokens()
+        prompt = cached = 0
+        for req in reqs:
+            match = req.match
+            if match is None:
+                continue
+            req.cached_device, req.cached_host = match.device, match.host
+            req.cached_tokens = match.total
+            req.handle = cache.admit(req.token_ids, match, outside)
+            req.match = None
+            prompt += req.prompt_tokens
+            cached += match.total
+        if prompt:
+            self.metrics.cache_hit_rate = cached / prompt
+        self.metrics.load_back_total = cache.load_back_tokens
+
+    def _outside_tokens(self) -> int:
+        """Device KV in use outside the tree: the generated tokens of the requests in flight."""
+        return sum(len(r.output_ids) for r in self.reqs.values())
+
+    def _release(self, req: Req, finished: bool) -> None:
+        if self.cache is None or req.handle is None:
+            return
+        ids = req.token_ids + tuple(req.output_ids) if finished else None
+        self.cache.release(req.handle, ids, self._outside_tokens())
+        req.handle = None
+
+    def is_idle(self) -> bool:
+        """No request waiting or running (SGLang's ``Scheduler.is_fully_idle``)."""
+        return not self.reqs
+
+    def flush(self) -> bool:
+        """``/flush_cache`` when idle: the radix tree and the device pool, the speculative
+        counters behind ``avg_spec_accept_length``, and (release >= 0.5.23) the HiCache host
+        pool; False when not idle."""
+        if not self.is_idle():
+            self.log.warning(f"Cache not flushed because there are pending requests. #queue-req: "
+                             f"{self.num_queued()}, #running-req: {self.num_running()}")
+            return False
+        if self.cache is not None:
+            self.cache.reset(clear_host=flush_clears_host(self.config.release))
+        self.stats.verify_steps = self.stats.verify_tokens = 0
+        self.log.info("Cache flushed successfully!")
+        return True
 
     def cancel(self, reqs: list[Req]) -> None:
         for req in reqs:
@@ -175,6 +260,7 @@ class RequestScheduler:
                     pass
                 self.reqs.pop(req.rid, None)
                 req.done = True
+                self._release(req, finished=False)
 
     async def one_token(self) -> bool:
         """A one-token generation through the scheduler (health checks, the warm-up)."""
@@ -331,11 +417,12 @@ class RequestScheduler:
         req.done = True
         req.finished_at = now
         self.reqs.pop(req.rid, None)
+        self._release(req, finished=True)
         req.sink.put_nowait((req.index, [], True))
         if not req.internal:
             e2e = (self.metric_clock(now) if mnow is None else mnow) - req.m_submitted
-            self.metrics.observe_finished(req.stream, req.prompt_tokens, req.cached_tokens,
-                                          len(req.output_ids), e2e)
+            self.metrics.observe_finished(req.stream, req.prompt_tokens, req.cached_device,
+                                          req.cached_host, len(req.output_ids), e2e)
 
     # -- state for logs, metrics and server info ----------------------------------------
     def num_running(self) -> int:

@@ -43,6 +43,9 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup impo
 ApiHandler = Callable[[Engine, ApiRequest], Awaitable["Reply | Stream"]]
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")  # no API key needed (SGLang's auth.py)
 FAILSAFE_S = 30.0  # a failed scheduler's SIGQUIT ends the process long before this
+FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running "
+           "or waiting requests, the operation will not be performed.)\n")
+FLUSH_POLL_S = 0.01
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -133,6 +136,8 @@ class HttpServer:
             add("GET", "/v1/loads", self.h_v1_loads)
         if self.engine.config.args.get("enable_metrics"):
             add("GET", "/metrics", self.h_metrics)
+        add("GET", "/flush_cache", self.h_flush_cache)
+        add("POST", "/flush_cache", self.h_flush_cache)
         return app
 
     @web.middleware
@@ -224,6 +229,36 @@ class HttpServer:
     async def h_metrics(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=render_metrics(self.engine), content_type="text/plain",
                             charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+
+    async def h_flush_cache(self, request: web.Request) -> web.StreamResponse:
+        """GET|POST /flush_cache?timeout=S: flushed at once when idle (200); not idle: 400 with
+        timeout 0, else wait up to S seconds for idle ("Timed out waiting for idle state.");
+        one waiting flush at a time ("Another flush_cache is already in progress.")."""
+        try:
+            timeout = float(request.query.get("timeout", "0"))
+        except ValueError:
+            return json_response({"detail": [{
+                "type": "float_parsing", "loc": ["query", "timeout"],
+                "msg": "Input should be a valid number, unable to parse string as a number",
+                "input": request.query.get("timeout")}]}, 422)
+        scheduler = self.engine.scheduler
+        if scheduler.flushing:
+            return web.Response(text="Another flush_cache is already in progress.", status=400)
+        if timeout > 0 and not scheduler.is_idle():
+            scheduler.flushing = True
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            try:
+                while not scheduler.is_idle() and loop.time() < deadline:
+                    await asyncio.sleep(FLUSH_POLL_S)
+            finally:
+                scheduler.flushing = False
+            if not scheduler.is_idle():
+                self.log.warning("Deferred flush_cache timed out while waiting for idle state.")
+                return web.Response(text="Timed out waiting for idle state.", status=400)
+        if scheduler.flush():
+            return web.Response(text=FLUSHED, status=200)
+        return web.Response(text=FLUSHED, status=400)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self, sock: socket.socket, schedule: Schedule, listen_early: bool) -> int:

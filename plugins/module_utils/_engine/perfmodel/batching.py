@@ -6,14 +6,25 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.plan import EnginePlan
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.steps import (
     accepted_tokens,
     decode_step_seconds,
+    load_back_seconds,
     prefill_seconds,
 )
+
+
+class PrefixHook(Protocol):
+    """The prefix cache as the scheduler sees it (``radixcache`` through the engine)."""
+
+    def match(self, req_id: str) -> tuple[int, int]:
+        """(device, host) tokens of the request's prompt cached now."""
+
+    def admitted(self, req_ids: list[str]) -> None:
+        """These requests were admitted to a prefill (their prompts become cached)."""
 
 
 @dataclass
@@ -33,6 +44,13 @@ class _Req:
     generated: int = 0
     steps: int = 0
     ready_at: float = 0.0  # virtual time the request reaches the scheduler
+    cached: int = 0  # prompt tokens the prefix cache holds (device + host)
+    loaded: int = 0  # of which loaded back from the HiCache host pool
+
+    @property
+    def extend(self) -> int:
+        """Prompt tokens the prefill computes."""
+        return max(1, self.prompt - self.cached)
 
     @property
     def context(self) -> int:
@@ -55,8 +73,9 @@ class Scheduler:
     GPU; with nothing running, the wait is part of the next prefill step's ``dt``.
     """
 
-    def __init__(self, plan: EnginePlan) -> None:
+    def __init__(self, plan: EnginePlan, prefix: PrefixHook | None = None) -> None:
         self.plan = plan
+        self.prefix = prefix
         self._queue: deque[_Req] = deque()
         self._running: list[_Req] = []
         self._clock = 0.0
@@ -104,16 +123,27 @@ class Scheduler:
             req = self._queue[0]
             if req.ready_at > now + 1e-12:
                 break
+            if self.prefix is not None:
+                req.cached, req.loaded = self._match(req)
             need = req.prompt + req.max_new * self._ratio
-            if admitted and req.prompt > budget:
+            if admitted and req.extend > budget:
                 break
             if (self._running or admitted) and reserved + need > plan.max_total_num_tokens:
                 break
             self._queue.popleft()
             admitted.append(req)
-            budget -= req.prompt
+            budget -= req.extend
             reserved += need
+        if admitted and self.prefix is not None:
+            self.prefix.admitted([r.req_id for r in admitted])
         return admitted
+
+    def _match(self, req: _Req) -> tuple[int, int]:
+        if self.prefix is None:
+            return 0, 0
+        device, host = self.prefix.match(req.req_id)
+        cached = max(0, min(int(device) + int(host), req.prompt - 1))
+        return cached, max(0, min(int(host), cached))
 
     def step(self) -> StepResult | None:
         if not self._queue and not self._running:
@@ -134,7 +164,10 @@ class Scheduler:
 
     def _prefill(self, admitted: list[_Req], wait: float) -> StepResult:
         """Prefill the admitted requests: each gets its first token."""
-        dt = wait + prefill_seconds(self.plan, sum(r.prompt for r in admitted), len(admitted))
+        dt = wait + prefill_seconds(self.plan, sum(r.extend for r in admitted), len(admitted))
+        loaded = [r for r in admitted if r.loaded]
+        if loaded:
+            dt += load_back_seconds(self.plan, sum(r.loaded for r in loaded), len(loaded))
         result = StepResult(dt=dt, kind="prefill")
         for req in admitted:
             req.generated = 1
@@ -176,6 +209,7 @@ class Scheduler:
             victim.prompt += victim.generated
             victim.max_new -= victim.generated
             victim.generated = 0
+            victim.cached = victim.loaded = 0
             self._queue.appendleft(victim)
 
 

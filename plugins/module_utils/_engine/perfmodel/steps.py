@@ -137,6 +137,20 @@ def prefill_seconds(plan: EnginePlan, tokens: int, requests: int = 1) -> float:
     return total
 
 
+def load_back_seconds(plan: EnginePlan, tokens: int, requests: int = 1) -> float:
+    """Loading ``tokens`` prefix tokens that hit the HiCache host pool back to the device (KV of
+    every token, the draft KV with MTP, and each request's Mamba state on a hybrid model) at
+    ``hicache_load_gb_s``, before the prefill's forward."""
+    if tokens <= 0:
+        return 0.0
+    shape = plan.shape
+    kv_cell = shape.kv_bytes_per_token
+    if plan.spec_algorithm is not None:
+        kv_cell += shape.draft_kv_bytes_per_token
+    moved = tokens * kv_cell + max(requests, 1) * shape.mamba_state_bytes_per_slot
+    return moved / plan.tp_size / (float(plan.constants.get("hicache_load_gb_s", 20.0)) * GB)
+
+
 def accepted_tokens(accept_length: float, step_index: int) -> int:
     """Tokens a request gains at its ``step_index``-th verify step (0-based).
 
