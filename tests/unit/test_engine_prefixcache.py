@@ -155,6 +155,70 @@ def test_tree_hybrid_hits_end_at_kept_mamba_states() -> None:
     assert cache.match(system + [7] * 30).total == 192
 
 
+def _check(cache: PrefixCache) -> None:
+    """The tree's invariants: counts match the nodes, device copies hang under device copies,
+    every node is somewhere, capacities hold when nothing is locked."""
+    device = host = 0
+    stack = list(cache.root.children.values())
+    seen = set()
+    while stack:
+        node = stack.pop()
+        seen.add(node)
+        assert node.key and node.parent is not None
+        assert node.parent.children[node.key[0]] is node
+        assert node.device or node.host
+        if node.device and node.parent is not cache.root:
+            assert node.parent.device
+        device += len(node.key) * node.device
+        host += len(node.key) * node.host
+        stack.extend(node.children.values())
+    assert seen == cache.nodes
+    assert (device, host) == (cache.device_used, cache.host_used)
+    assert host <= cache.host_capacity
+    if all(n.lock == 0 for n in cache.nodes):
+        assert device <= cache.device_capacity
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back", "write_through_selective"])
+@pytest.mark.parametrize("host,chunk", [(0, 0), (300, 0), (300, 8)])
+def test_tree_invariants_under_random_batches(policy: str, host: int, chunk: int) -> None:
+    """Batches of requests drawn from a few shared prefixes, admitted together (held, then
+    inserted) and finished later, on a tree far smaller than their working set."""
+    rng = random.Random(f"{policy}{host}{chunk}")
+    cache = PrefixCache(device_tokens=120, host_tokens=host, write_policy=policy,
+                        mamba_chunk=chunk)
+    prefixes = [[(p, i) for i in range(rng.randint(5, 40))] for p in range(6)]
+    running: list[tuple[list[Any], Any]] = []
+    hits = 0
+    for _ in range(300):
+        batch = []
+        for _ in range(rng.randint(1, 3)):
+            ids = rng.choice(prefixes) + [rng.randint(0, 3) for _ in range(rng.randint(1, 6))]
+            batch.append((ids, cache.match(ids)))
+        holds = [cache.hold(m) for _, m in batch]
+        for ids, m in batch:
+            assert m.total <= len(ids) - 1
+            hits += m.total
+            running.append((ids, cache.admit(ids, m)))
+        for h in holds:
+            cache.release(h)
+        _check(cache)
+        while len(running) > 4 or (running and rng.random() < 0.5):
+            ids, handle = running.pop(rng.randrange(len(running)))
+            cache.release(handle, ids + [("out", rng.randint(0, 9)) for _ in range(3)])
+            _check(cache)
+    for _ids, handle in running:
+        cache.release(handle)
+    cache.fit()
+    _check(cache)
+    assert hits > 0
+    cache.reset(clear_host=False)
+    _check(cache)
+    assert cache.device_used == 0 and all(not n.device for n in cache.nodes)
+    cache.reset(clear_host=True)
+    assert not cache.nodes and cache.host_used == 0
+
+
 # -- the scheduler's timing ---------------------------------------------------------------
 class _Hook:
     def __init__(self, hits: tuple[int, int]) -> None:
@@ -320,3 +384,43 @@ def test_flush_cache_refuses_busy_waits_for_idle_and_resets(release: str,
     assert out["device after"] == 0
     assert out["host before"] > 0
     assert (out["host after"] == 0) is host_cleared
+
+
+# -- what a client reads ----------------------------------------------------------------------
+def test_cached_tokens_in_responses() -> None:
+    async def scenario(engine: Engine) -> list[Any]:
+        client = TestClient(TestServer(HttpServer(engine).build_app()))
+        await client.start_server()
+        loop_task = asyncio.create_task(engine.scheduler.run())
+        answers = []
+        try:
+            prompt = "The same system prompt, then a question. " * 8
+            for _ in range(2):
+                resp = await client.post("/generate", json={
+                    "text": prompt, "sampling_params": {"max_new_tokens": 4}})
+                answers.append((await resp.json())["meta_info"])
+            for _ in range(2):
+                resp = await client.post("/v1/completions", json={
+                    "model": "x", "prompt": prompt + "Other.", "max_tokens": 4})
+                answers.append((await resp.json())["usage"])
+        finally:
+            loop_task.cancel()
+            await asyncio.gather(loop_task, return_exceptions=True)
+            await client.close()
+        return answers
+
+    tokens = (len("The same system prompt, then a question. " * 8) + 3) // 4
+    for argv, report in (([], False), (["--enable-cache-report"], True)):
+        engine = make_engine(argv)
+        first, second, oai_first, oai_second = asyncio.run(
+            asyncio.wait_for(scenario(engine), timeout=60))
+        assert (first["cached_tokens"], first["cached_tokens_details"]) == (0, None)
+        assert second["cached_tokens"] == tokens - 1
+        assert second["cached_tokens_details"] == {"device": tokens - 1, "host": 0}
+        if report:
+            assert oai_first["prompt_tokens_details"] == {"cached_tokens": tokens}
+            assert oai_second["prompt_tokens_details"] == {
+                "cached_tokens": oai_second["prompt_tokens"] - 1}
+        else:
+            assert oai_first["prompt_tokens_details"] is None
+            assert oai_second["prompt_tokens_details"] is None

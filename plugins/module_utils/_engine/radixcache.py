@@ -177,12 +177,20 @@ class PrefixCache:
         return Match(device=device, host=hit - device, path=used, branch=branch)
 
     # -- insert, lock, release ---------------------------------------------------------------
+    def hold(self, match: Match) -> Handle:
+        """Lock a match's nodes until ``release`` (requests admitted together hold theirs while
+        each is inserted, so no insert evicts another's hit)."""
+        handle = Handle(node=match.path[-1] if match.path else None)
+        self._lock(handle.node, 1)
+        return handle
+
     def admit(self, ids: Ids, match: Match, outside: int = 0) -> Handle:
-        """After the prefill of a request that matched ``match``: the host part is loaded
-        back, the prompt inserted (its nodes locked until ``release``); then the device pool
-        is brought back within its capacity (``outside``: device tokens in use outside the
+        """After the prefill of a request that matched ``match`` (held): the host part is
+        loaded back, the prompt inserted (its nodes locked until ``release``); then the device
+        pool is brought back within its capacity (``outside``: device tokens in use outside the
         tree, the running requests' generated tokens)."""
-        for node in match.path:
+        hit = self._walk(ids[:match.total]) if match.total else []
+        for node in hit:
             if not node.device:
                 node.device = True
                 self.device_used += len(node.key)

@@ -207,6 +207,7 @@ class RequestScheduler:
             if req.handle is not None:
                 cache.release(req.handle)
         outside = self._outside_tokens()
+        holds = [cache.hold(r.match) for r in reqs if r.match is not None]
         prompt = cached = 0
         for req in reqs:
             match = req.match
@@ -218,6 +219,8 @@ class RequestScheduler:
             req.match = None
             prompt += req.prompt_tokens
             cached += match.total
+        for hold in holds:
+            cache.release(hold, outside=outside)
         if prompt:
             self.metrics.cache_hit_rate = cached / prompt
         self.metrics.load_back_total = cache.load_back_tokens
