@@ -140,6 +140,18 @@ def test_tree_host_tier_write_policies() -> None:
             assert (hit.device, hit.host) == (0, 5), policy
 
 
+def test_tree_selective_write_through_backs_up_a_prefix_hit_twice() -> None:
+    cache = PrefixCache(device_tokens=6, host_tokens=100, write_policy="write_through_selective")
+    a = [1, 2, 3, 4, 5, 6]
+    for _ in range(3):  # inserted, then hit twice
+        cache.release(cache.admit(a, cache.match(a)))
+    assert cache.host_used == 5
+    b = [9, 8, 7, 6, 5, 4]
+    cache.release(cache.admit(b, cache.match(b)))
+    hit = cache.match(a)
+    assert (hit.device, hit.host) == (0, 5)
+
+
 def test_tree_hybrid_hits_end_at_kept_mamba_states() -> None:
     cache = PrefixCache(device_tokens=10_000, mamba_chunk=64)
     short = list(range(9))

@@ -172,8 +172,6 @@ class PrefixCache:
             if not node.device:
                 break
             device += len(node.key)
-        for node in used:
-            node.hits += 1
         return Match(device=device, host=hit - device, path=used, branch=branch)
 
     # -- insert, lock, release ---------------------------------------------------------------
@@ -191,6 +189,7 @@ class PrefixCache:
         tree, the running requests' generated tokens)."""
         hit = self._walk(ids[:match.total]) if match.total else []
         for node in hit:
+            node.hits += 1
             if not node.device:
                 node.device = True
                 self.device_used += len(node.key)
