@@ -436,3 +436,35 @@ def test_cached_tokens_in_responses() -> None:
         else:
             assert oai_first["prompt_tokens_details"] is None
             assert oai_second["prompt_tokens_details"] is None
+
+
+def test_hicache_wins_on_shared_prefix_beyond_the_device_not_on_random() -> None:
+    """The demo's 27B MTP on a device pool smaller than the shared prefixes' working set: with
+    HiCache the rounds after the first hit the host and finish sooner (modelled clock); random
+    prompts only pay HiCache's overhead."""
+    groups = shared_prefix(groups=16, per_group=6, prefix=2048, suffix=128, seed=11)
+    shared = [g[i] for i in range(6) for g in groups]  # round robin: LRU alone seldom hits
+    rng = random.Random(11)
+    rand = [text(rng, 2176) for _ in shared]
+    clocks: dict[tuple[str, str], float] = {}
+    hits: dict[tuple[str, str], int] = {}
+    for name, argv, host in (("hicache", MTP + HICACHE, 400_000), ("plain", MTP, None)):
+        for kind, prompts in (("shared", shared), ("random", rand)):
+            engine = make_engine(argv, model="qwen3.6-27b", release="0.5.23", device=30_000,
+                                 host=host)
+
+            async def body(engine: Engine = engine, prompts: list[str] = prompts) -> list[Req]:
+                sem = asyncio.Semaphore(8)
+
+                async def one(prompt: str) -> Req:
+                    async with sem:
+                        return (await send(engine, [prompt], max_new=32))[0]
+                return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+            reqs = run(engine, body)
+            clocks[(name, kind)] = engine.scheduler.sched.clock
+            hits[(name, kind)] = sum(r.cached_host for r in reqs)
+    assert hits[("hicache", "shared")] > 0 and hits[("plain", "shared")] == 0  # host hits
+    assert hits[("hicache", "random")] == hits[("plain", "random")] == 0
+    assert clocks[("hicache", "shared")] < clocks[("plain", "shared")]
+    assert clocks[("hicache", "random")] > clocks[("plain", "random")]
