@@ -27,7 +27,7 @@ def plugin_files() -> list[Path]:
 
 
 def rel(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
 
 
 def span(node: ast.AST) -> int:
@@ -140,17 +140,31 @@ def test_no_import_cycle_among_module_utils_and_plugin_utils() -> None:
     assert not offenders, report(offenders)
 
 
-def test_no_private_name_imported_across_files() -> None:
-    """``from <collection module> import _name`` only where ``_name`` is a module (a file or
-    package), never a private class, function or constant of another file."""
+def private_uses(path: Path, known: set[str]) -> list[str]:
+    """``from <collection module> import _name`` where ``_name`` is not a module (a file or
+    package), and ``mod._name`` where ``mod`` names a collection module this file imported."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PREFIX):
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in known:
+                    modules.add(alias.asname or alias.name)
+                elif alias.name.startswith("_"):
+                    found.append(f"{rel(path)}:{node.lineno} from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{rel(path)}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_private_name_used_across_files() -> None:
+    """A file uses only the public names of another file of the collection (a private
+    module, ``_sweep``, is fine: its public names are the API)."""
     files = [p for d in ("module_utils", "plugin_utils") for p in sorted((PLUGINS / d).rglob("*.py"))]
     known = {module_name(p) for p in files}
-    offenders = []
-    for path in plugin_files():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PREFIX):
-                offenders += [f"{rel(path)}:{node.lineno} {node.module} {alias.name}" for alias in node.names
-                              if alias.name.startswith("_") and f"{node.module}.{alias.name}" not in known]
+    offenders = [line for path in plugin_files() for line in private_uses(path, known)]
     assert not offenders, report(offenders)
 
 
@@ -170,3 +184,12 @@ def test_the_checks_see_the_files_they_measure() -> None:
     assert any(PREFIX + "plugins.module_utils._flags" in deps for deps in graph.values())
     src = "def f():\n    x = 1\n" + "    x += 1\n" * 100 + "    return x\n"
     assert span(ast.parse(src).body[0]) == 103
+
+
+def test_the_private_name_check_finds_them(tmp_path: Path) -> None:
+    mu = PREFIX + "plugins.module_utils"
+    src = tmp_path / "x.py"
+    src.write_text(f"from {mu} import _sweep\nfrom {mu}._sweep.client import _Hidden, Client\n"
+                   "_sweep._Client(1)\n_sweep.Client(1)\n")
+    assert private_uses(src, {mu + "._sweep", mu + "._sweep.client"}) == [
+        f"x.py:2 from {mu}._sweep.client import _Hidden", "x.py:3 _sweep._Client"]

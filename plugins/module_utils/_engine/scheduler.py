@@ -14,14 +14,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.config import EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.metrics import EngineMetrics
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel import Scheduler, StepResult
-
-if TYPE_CHECKING:
-    from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import EngineConfig
 
 DECODE_LOG_INTERVAL = 40
 HEALTH_TIMEOUT_S = 20.0

@@ -30,6 +30,23 @@ def _g(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
 
+def _check_ranges(dist: dict[str, Any], present: list[str], ranges: dict[str, Any], to_ms: float,
+                  tolerance: float, failed: list[str], why: list[str]) -> None:
+    """Each percentile against the server's bucket range for it, widened by ``tolerance``:
+    those outside go to ``failed`` and ``why``, in place."""
+    for stat in present:
+        bounds = ranges.get(stat)
+        if stat == "mean" or not bounds:
+            continue
+        lo = float(bounds[0]) * to_ms
+        hi = math.inf if bounds[1] is None else float(bounds[1]) * to_ms
+        value = float(dist[stat]) * to_ms
+        if not lo * (1.0 - tolerance) <= value <= hi * (1.0 + tolerance):
+            if stat not in failed:
+                failed.append(stat)
+            why.append(f"{stat} {_g(value)} ms outside the model's {_g(lo)}-{_g(hi)} ms")
+
+
 def check_latency(point: dict[str, Any], scale: float, tolerance: float = LATENCY_TOLERANCE) -> None:
     """Mark the client latencies of a time-scaled level that cannot be trusted, in place.
 
@@ -75,17 +92,7 @@ def check_latency(point: dict[str, Any], scale: float, tolerance: float = LATENC
                     f"{(mine - ref) * scale:+.3g} ms of wall time: loopback, HTTP and both event loops)"
                 )
             ranges = (server.get(range_key) if range_key else None) or {}
-            for stat in present:
-                bounds = ranges.get(stat)
-                if stat == "mean" or not bounds:
-                    continue
-                lo = float(bounds[0]) * to_ms
-                hi = math.inf if bounds[1] is None else float(bounds[1]) * to_ms
-                value = float(dist[stat]) * to_ms
-                if not lo * (1.0 - tolerance) <= value <= hi * (1.0 + tolerance):
-                    if stat not in failed:
-                        failed.append(stat)
-                    why.append(f"{stat} {_g(value)} ms outside the model's {_g(lo)}-{_g(hi)} ms")
+            _check_ranges(dist, present, ranges, to_ms, tolerance, failed, why)
         else:
             methods[key] = "client_jitter"
             ref = float(dist.get("p50") or dist["mean"]) * to_ms
