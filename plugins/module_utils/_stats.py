@@ -17,11 +17,6 @@ from typing import Any
 KNEE_SHARE = 0.9
 
 
-# ---------------------------------------------------------------------------------------------
-# Statistics (pure)
-# ---------------------------------------------------------------------------------------------
-
-
 def percentile(samples: Sequence[float], p: float) -> float | None:
     """The p-th percentile (0..100) by linear interpolation between closest ranks of the sorted
     raw samples (rank = p/100 * (n-1), numpy's default); None for no samples."""

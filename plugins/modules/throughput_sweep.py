@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.throughput_sweep: a thin shell over module_utils/_sweep.py."""
+"""Ansible module llmops.sglang.throughput_sweep: a thin shell over module_utils/_sweep (module.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""

@@ -29,9 +29,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached.procfs imp
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._detached.spec import ServiceSpec, ServiceStatus
 
-# --------------------------------------------------------------------------------------------
-# status
-
 
 def _identity_ok(spec: ServiceSpec, record: PidRecord, stat: ProcStat, cmdline: list[str]) -> bool:
     if not stat.alive:

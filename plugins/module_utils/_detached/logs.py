@@ -7,10 +7,6 @@ from __future__ import annotations
 import os
 import re
 
-# --------------------------------------------------------------------------------------------
-# start
-
-
 # Secrets a server may print (SGLang logs its whole server_args, api_key included): a log tail
 # the collection shows (a failed start, a readiness timeout) never repeats them.
 _SECRET_PATTERNS = (

@@ -16,10 +16,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached.common imp
 PID_FILE_MODE = 0o644
 
 
-# --------------------------------------------------------------------------------------------
-# pid file
-
-
 @dataclass(frozen=True)
 class PidRecord:
     """What the pid file says. ``starttime`` is None for a bare-pid file."""

@@ -15,10 +15,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached.common imp
 _DEAD_STATES = frozenset("ZX")
 
 
-# --------------------------------------------------------------------------------------------
-# /proc parsing
-
-
 @dataclass(frozen=True)
 class ProcStat:
     """The fields of ``/proc/<pid>/stat`` this module needs."""

@@ -21,10 +21,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached.pidfile im
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-# --------------------------------------------------------------------------------------------
-# service description and results
-
-
 @dataclass
 class ServiceSpec:
     """Everything that describes one detached service."""

@@ -23,9 +23,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached.spec impor
     ServiceStatus,
 )
 
-# --------------------------------------------------------------------------------------------
-# stop
-
 
 def _signal_members(pgid: int, members: Iterable[ProcStat], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):

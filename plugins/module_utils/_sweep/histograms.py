@@ -11,10 +11,6 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import SERVER_HISTOGRAMS
 
-# ---------------------------------------------------------------------------------------------
-# Server-side latency from the server's Prometheus histograms (pure)
-# ---------------------------------------------------------------------------------------------
-
 _PROM_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LE_RE = re.compile(r'le="([^"]*)"')
 

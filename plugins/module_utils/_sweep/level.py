@@ -15,10 +15,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TICK_S
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
 
-# ---------------------------------------------------------------------------------------------
-# Levels and the sweep
-# ---------------------------------------------------------------------------------------------
-
 
 class Health:
     """Event-loop lag (a 10 ms ticker) and process CPU time over a level."""

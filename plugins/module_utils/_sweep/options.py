@@ -77,11 +77,6 @@ def raise_open_files(concurrency: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
-# ---------------------------------------------------------------------------------------------
-# Options
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass
 class SweepOptions:
     url: str

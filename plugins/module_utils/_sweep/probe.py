@@ -21,10 +21,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.histograms import parse_histograms
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options import SweepOptions
 
-# ---------------------------------------------------------------------------------------------
-# Server probes
-# ---------------------------------------------------------------------------------------------
-
 
 def server_summary(info: dict[str, Any]) -> dict[str, Any]:
     """What a snapshot keeps from /server_info (``_serverinfo.summarize``, shared with status)."""

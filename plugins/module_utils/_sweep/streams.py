@@ -9,10 +9,6 @@ import json
 import re
 from typing import Any
 
-# ---------------------------------------------------------------------------------------------
-# Stream parsers (pure: fed the arrival time and the payload of each SSE ``data:`` line)
-# ---------------------------------------------------------------------------------------------
-
 
 def _error_text(err: Any) -> str:
     if isinstance(err, dict):

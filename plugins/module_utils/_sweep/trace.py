@@ -31,11 +31,6 @@ def itl_samples(events: Sequence[tuple[float, float]]) -> list[float]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# One request
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Trace:
     """One measured request (times from time.perf_counter())."""
