@@ -56,7 +56,7 @@ class Health:
 
 @dataclass
 class LevelShare:
-    """The part of a level one client process runs (_sweepworkers.split_level): ``workers``
+    """The part of a level one client process runs (workers.split_level): ``workers``
     closed-loop clients with ids from ``worker_offset``, ``requests`` of them (None: duration
     mode) with request indices ``first_index``, ``first_index + step``, ..."""
 
