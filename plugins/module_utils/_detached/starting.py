@@ -103,14 +103,13 @@ def _open_log(spec: ServiceSpec, creds: _Credentials) -> tuple[int, int]:
     return fd, os.fstat(fd).st_size
 
 
-def _adopt(spec: ServiceSpec, current: ServiceStatus, check_mode: bool) -> ActionResult | None:
-    """A running service found without its pid file (``adopted``): write the pid file again.
-    None when its leader is gone by now (then it is started as usual)."""
-    assert current.pid is not None
+def _adopt(spec: ServiceSpec, current: ServiceStatus, pid: int, check_mode: bool) -> ActionResult | None:
+    """A running service (``pid``) found without its pid file (``adopted``): write the pid file
+    again. None when its leader is gone by now (then it is started as usual)."""
     if check_mode:
-        return ActionResult(True, current, msg=f"{spec.name} runs (pid {current.pid}); its pid file would be "
+        return ActionResult(True, current, msg=f"{spec.name} runs (pid {pid}); its pid file would be "
                                                "written again")
-    leader = read_stat(current.pid)
+    leader = read_stat(pid)
     if leader is not None:
         write_pid_file(spec.pid_file, PidRecord(
             pid=leader.pid, pgid=leader.pgid, starttime=leader.starttime, boot_id=boot_id(),
@@ -181,7 +180,7 @@ def start(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
     the pid file is written and ``start_grace`` has passed without the child exiting."""
     current = status(spec)
     if current.running and current.adopted and current.pid is not None:
-        adopted = _adopt(spec, current, check_mode)
+        adopted = _adopt(spec, current, current.pid, check_mode)
         if adopted is not None:
             return adopted
     if current.running:

@@ -114,4 +114,3 @@ def run(module: Any) -> None:
             ansible_facts={"sglang_sweep": facts},
         )
     module.exit_json(changed=False, msg=summary(facts), ansible_facts={"sglang_sweep": facts})
-

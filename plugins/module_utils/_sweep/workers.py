@@ -227,7 +227,7 @@ async def _serve(message: tuple[Any, ...], client: Any, probe: Any) -> tuple[Any
             return seq, "ok", None
         level, concurrency, deadline, share = message[2:]
         run = await run_level(client, level, concurrency, deadline,
-                                     list(client.opts.prompts or DEFAULT_PROMPTS), share=share)
+                              list(client.opts.prompts or DEFAULT_PROMPTS), share=share)
         return seq, "ok", {
             "traces": [to_wire(t) for t in run.traces], "lag_ms_p99": run.health.lag_ms_p99,
             "cpu_util": run.health.cpu_util, "t_start": run.t_start, "t_end": run.t_end,
