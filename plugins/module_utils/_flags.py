@@ -656,36 +656,7 @@ def validate_argv(argv: list[str], release: str) -> list[FlagError]:
             continue
         spec = specs[0]
         seen.add(spec.dest)
-        values: list[str]
-        if spec.nargs == 0:
-            if explicit is not None:
-                errors.append(
-                    _arg_error(spec, f"ignored explicit argument {explicit!r}", "explicit_argument")
-                )
-            continue
-        if explicit is not None:
-            values = [explicit]
-        else:
-            values = []
-            while i < len(tokens) and not _looks_like_flag(tokens[i], schema):
-                values.append(tokens[i])
-                i += 1
-        problem, used = _arity(spec, values)
-        if problem is not None:
-            errors.append(problem)
-        if explicit is None and used < len(values):
-            # argparse leaves surplus values over, and reports them as unrecognized
-            errors.append(
-                FlagError(
-                    f"unrecognized arguments: {' '.join(values[used:])}",
-                    flag=None,
-                    kind="unrecognized",
-                )
-            )
-        for value in values[:used]:
-            bad = _check_value(spec, value)
-            if bad is not None:
-                errors.append(bad)
+        i = _take_values(spec, explicit, tokens, i, schema, errors)
     missing = [s for s in schema.flags if s.required and s.dest not in seen]
     if missing:
         names = ", ".join("/".join(s.option_strings) for s in missing)
@@ -697,6 +668,43 @@ def validate_argv(argv: list[str], release: str) -> list[FlagError]:
             )
         )
     return errors
+
+
+def _take_values(spec: FlagSpec, explicit: str | None, tokens: list[str], i: int, schema: FlagSchema,
+                 errors: list[FlagError]) -> int:
+    """Check the values of one known flag (``tokens[i:]`` up to the next flag, or ``explicit``),
+    adding its problems to ``errors``; returns the index after the values it took."""
+    values: list[str]
+    if spec.nargs == 0:
+        if explicit is not None:
+            errors.append(
+                _arg_error(spec, f"ignored explicit argument {explicit!r}", "explicit_argument")
+            )
+        return i
+    if explicit is not None:
+        values = [explicit]
+    else:
+        values = []
+        while i < len(tokens) and not _looks_like_flag(tokens[i], schema):
+            values.append(tokens[i])
+            i += 1
+    problem, used = _arity(spec, values)
+    if problem is not None:
+        errors.append(problem)
+    if explicit is None and used < len(values):
+        # argparse leaves surplus values over, and reports them as unrecognized
+        errors.append(
+            FlagError(
+                f"unrecognized arguments: {' '.join(values[used:])}",
+                flag=None,
+                kind="unrecognized",
+            )
+        )
+    for value in values[:used]:
+        bad = _check_value(spec, value)
+        if bad is not None:
+            errors.append(bad)
+    return i
 
 
 def _arity(spec: FlagSpec, values: list[str]) -> tuple[FlagError | None, int]:

@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep import percentile
+from ansible_collections.llmops.sglang.plugins.module_utils._stats import percentile
 
 ROUTER_ROLE = "router"
 CLOCK = "clock"

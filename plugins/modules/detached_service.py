@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Thin module over module_utils/_detached.py."""
+"""Thin module over the module_utils/_detached package."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""

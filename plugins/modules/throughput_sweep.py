@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.throughput_sweep: a thin shell over module_utils/_sweep.py."""
+"""Ansible module llmops.sglang.throughput_sweep: a thin shell over module_utils/_sweep (module.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -690,112 +690,20 @@ msg:
   sample: "6 levels, peak 409.0 tok/s at C=48, knee C=8"
 """
 
-import sys
-from typing import Any
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress
-from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (
-    DEFAULT_CONCURRENCY,
-    HAS_AIOHTTP,
-    MAX_CONCURRENCY,
-    SweepError,
-    SweepOptions,
-    error_summary,
-    missing_aiohttp_message,
-    run_sweep,
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.module import (
+    ARGUMENT_SPEC,
+    MUTUALLY_EXCLUSIVE,
+    run,
 )
 
 
-def _summary(facts: dict[str, Any]) -> str:
-    peak = facts.get("peak")
-    knee = facts.get("knee")
-    parts = [f"{len(facts.get('points') or [])} levels"]
-    parts.append(f"peak {peak['output_tok_s']} tok/s at C={peak['concurrency']}" if peak else "no successful level")
-    parts.append(f"knee C={knee['concurrency']}" if knee else "no knee")
-    if facts.get("stopped_on_plateau"):
-        parts.append("stopped on plateau")
-    if facts.get("stopped_on_timeout"):
-        parts.append("stopped by sweep_timeout")
-    if facts.get("levels_with_errors"):
-        parts.append("requests failed at C=" + ", ".join(map(str, facts["levels_with_errors"])))
-    return ", ".join(parts)
-
-
-def _failed_levels(facts: dict[str, Any]) -> str:
-    """``C=4: 4 of 8 requests failed (50%: connection 4); C=8: ...`` for fail_on_errors."""
-    bad = [p for p in facts.get("points") or [] if p.get("concurrency") in (facts.get("levels_with_errors") or [])]
-    return "; ".join(f"C={p['concurrency']}: {error_summary(p)}" for p in bad)
-
-
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "api": {"type": "str", "choices": ["openai", "native"], "default": "openai"},
-            "concurrency": {"type": "list", "elements": "int", "default": list(DEFAULT_CONCURRENCY)},
-            "requests": {"type": "int"},
-            "duration": {"type": "float"},
-            "max_tokens": {"type": "int", "default": 1024, "no_log": False},
-            "temperature": {"type": "float", "default": 0.6},
-            "top_p": {"type": "float", "default": 0.95},
-            "ignore_eos": {"type": "bool", "default": True},
-            "prompts": {"type": "list", "elements": "str"},
-            "warmup": {"type": "int", "default": 1},
-            "level_warmup": {"type": "bool", "default": True},
-            "level_warmup_tokens": {"type": "int", "default": 16, "no_log": False},
-            "timeout": {"type": "float", "default": 900.0},
-            "level_timeout": {"type": "float", "default": 1800.0},
-            "sweep_timeout": {"type": "float", "default": 7200.0},
-            "stop_on_plateau": {"type": "bool", "default": False},
-            "plateau_gain": {"type": "float", "default": 0.05},
-            "api_key": {"type": "str", "no_log": True},
-            "model": {"type": "str"},
-            "return_records": {"type": "bool", "default": True},
-            "validate_certs": {"type": "bool", "default": True},
-            "max_concurrency": {"type": "int", "default": MAX_CONCURRENCY},
-            "fail_on_errors": {"type": "bool", "default": False},
-            "watch_pid": {"type": "int"},
-            "heartbeat_file": {"type": "path"},
-            "heartbeat_timeout": {"type": "float", "default": 60.0},
-            "progress_file": {"type": "path"},
-            "progress_labels": {"type": "dict"},
-            "time_scale": {"type": "float"},
-            "client_processes": {"type": "raw", "default": 1},
-        },
-        mutually_exclusive=[("requests", "duration")],
-        supports_check_mode=True,
-    )
-    params: dict[str, Any] = module.params
-    if module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")
-    if not HAS_AIOHTTP:
-        module.fail_json(msg=missing_aiohttp_message(sys.executable))
-    progress = params.pop("progress_file")
-    labels = params.pop("progress_labels") or {}
-    options = SweepOptions(**{name: params[name] for name in params})
-
-    def on_level(point: dict[str, Any], time_scale: Any) -> None:
-        if progress:
-            _progress.append(progress, _progress.record(point, labels, time_scale))
-
-    try:
-        # stdout: the result's way back; when its reader is gone, so is whoever wanted the sweep
-        facts = run_sweep(options, signals=STOP_SIGNALS, output_fd=1, on_level=on_level)
-    except SweepError as exc:
-        module.fail_json(msg=str(exc))
-    except OSError as exc:
-        module.fail_json(msg=f"cannot write the progress file {progress}: {exc}")
-    for warning in facts.get("warnings") or []:
-        module.warn(warning)
-    if params["fail_on_errors"] and facts.get("levels_with_errors"):
-        module.fail_json(
-            msg=f"requests failed at {_failed_levels(facts)} (fail_on_errors); the sweep is in ansible_facts.sglang_sweep",
-            ansible_facts={"sglang_sweep": facts},
-        )
-    module.exit_json(changed=False, msg=_summary(facts), ansible_facts={"sglang_sweep": facts})
+    # the logic is in module_utils/_sweep/module.py; a spawned client process re-runs this file
+    # as __mp_main__, hence the guard below
+    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE,
+                      supports_check_mode=True))
 
 
 if __name__ == "__main__":

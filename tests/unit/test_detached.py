@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _detached as d
+from ansible_collections.llmops.sglang.plugins.module_utils._detached import starting as d_starting
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -543,7 +544,7 @@ def test_user_drops_privileges(groups: Groups) -> None:
 
 
 def test_user_switch_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(d.os, "geteuid", lambda: 12345)
+    monkeypatch.setattr(d_starting.os, "geteuid", lambda: 12345)
     with pytest.raises(d.DetachedServiceError, match="root"):
         d.resolve_credentials("root", None)
     with pytest.raises(d.DetachedServiceError, match="does not exist"):
@@ -583,6 +584,6 @@ def test_log_tails_never_repeat_a_secret(tmp_path: Path) -> None:
     assert "admin_api_key=None" in tail[0] and tail[0].count(d.REDACTED) == 1
     spec = d.ServiceSpec(name="t", command=["/bin/true"], pid_file=str(tmp_path / "p"), log_file=str(log))
     log.chmod(0o644)
-    fd, _ = d._open_log(spec, d.resolve_credentials(None, None))
+    fd, _ = d_starting._open_log(spec, d.resolve_credentials(None, None))
     os.close(fd)
     assert log.stat().st_mode & 0o777 == 0o600

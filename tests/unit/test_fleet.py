@@ -15,7 +15,7 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.filter import bench as bench_filters
 from ansible_collections.llmops.sglang.plugins.module_utils import _fleet, _report
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep import percentile
+from ansible_collections.llmops.sglang.plugins.module_utils._stats import percentile
 
 
 def rec(c: int, start: float, end: float, tokens: int = 10, ttft: float = 100.0, ok: bool = True,

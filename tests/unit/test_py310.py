@@ -54,8 +54,10 @@ def test_the_list_covers_the_engine_the_sweep_and_every_module() -> None:
         assert list(ROOT.glob(pattern)), f"{pattern} in {LIST.name} matches nothing"
     names = {path.relative_to(ROOT).as_posix() for path in host_side_files()}
     utils = "plugins/module_utils/"
-    for stem in ("_flags", "_paths", "_sweep", "_detached"):
+    for stem in ("_flags", "_paths", "_sweep/run", "_sweep/__init__", "_stats", "_detached/__init__"):
         assert f"{utils}{stem}.py" in names
+    every = {p.relative_to(ROOT).as_posix() for p in (ROOT / utils).rglob("*.py")}
+    assert every <= names, f"add a glob for each to {LIST.name}: {sorted(every - names)}"
     engine = {p.relative_to(ROOT).as_posix() for p in (ROOT / utils / "_engine").rglob("*.py")}
     assert {f"{utils}_engine/cli.py", f"{utils}_engine/perfmodel/plan.py"} <= engine <= names
     assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "plugins" / "modules").glob("*.py")} <= names

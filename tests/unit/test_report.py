@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/_report.py and the sweep_report module.
+"""Tests for the plugins/module_utils/_report package and the sweep_report module.
 
 The sweep numbers are the seed's MTP + HiCache table, read from tests/fixtures/seed-benchmarks.md
 (a copy of the seed's reference/seed-benchmarks.md; n = max(2C, 8), 1024 output tokens per request, the walls
@@ -25,6 +25,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report import (
     render_table,
     write_report,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._report import plots as _report_plots
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -241,7 +242,7 @@ def test_pngs(results: list[dict[str, Any]], tmp_path: Path) -> None:
 
 
 def test_no_matplotlib(results: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_report, "_figure_class", lambda: None)
+    monkeypatch.setattr(_report_plots, "_figure_class", lambda: None)
     report = write_report(results, str(tmp_path / RUN_ID))
     assert report["plots"] == []
     assert any("matplotlib" in w for w in report["warnings"])

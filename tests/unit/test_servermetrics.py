@@ -160,7 +160,9 @@ def test_engine_mtp_running_capped_queue_growing_accept_length(tmp_path: Path) -
     assert seen == [(2, 0.01), (8, 0.01)]
     low, high = (p["server_metrics"] for p in facts["points"])
     assert low["samples"] >= 2 and high["samples"] >= 2  # a level of ~16 modelled s, read every 5
-    assert low["running_max"] == 2.0 and low["queued_max"] == 0.0
+    # C=2 never queues at steady state; a scrape between two arrivals and the scheduler's next
+    # step (late on a loaded machine) may catch both waiting, never more than are in flight
+    assert low["running_max"] == 2.0 and low["queued_max"] <= 2.0 and low["queued_mean"] < 1.0
     assert high["running_max"] == 4.0 and high["queued_max"] == 4.0
     assert 3.0 < high["running_mean"] <= 4.0
     assert 0 < high["token_usage_max"] < 1

@@ -1,4 +1,4 @@
-"""Tests of the sweep engine (module_utils/_sweep.py) and the throughput_sweep module.
+"""Tests of the sweep engine (the module_utils/_sweep package) and the throughput_sweep module.
 
 Pure parts (statistics, stream parsers on the real SGLang 0.5.17 recordings, knee and plateau)
 run without network. The rest runs against tests/unit/knownrate_server.py, started once on
@@ -28,6 +28,7 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _report
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import summary as sw_summary
 from tests.procs import client_pids
 
 HERE = Path(__file__).resolve().parent
@@ -490,7 +491,7 @@ def test_stop_on_plateau_and_legacy_server_info(server: str, monkeypatch: pytest
     # The plateau rule is under test here, not the client-health rule (tested on its own): on a
     # loaded 2-core CI machine a scheduling hiccup could mark a level client-limited, and such
     # a level never triggers the stop.
-    monkeypatch.setattr(sw, "client_limited", lambda lag, cpu: False)
+    monkeypatch.setattr(sw_summary, "client_limited", lambda lag, cpu: False)
     configure(server, slots=2, rate=500.0, prefill_s=0.02, chunk_tokens=2,
               legacy_server_info=True, spec_accept_length=2.5)
     facts = sw.run_sweep(

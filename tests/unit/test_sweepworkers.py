@@ -1,4 +1,4 @@
-"""Tests of several client processes per sweep level (module_utils/_sweepworkers.py).
+"""Tests of several client processes per sweep level (module_utils/_sweep/workers.py).
 
 Pure parts: how a level is split, the option's values, and that merging the traces of several
 processes gives the point one process computes from the same traces. Then real sweeps with
@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
-from ansible_collections.llmops.sglang.plugins.module_utils import _sweepworkers as swk
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import run as sw_run
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import summary as sw_summary
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import workers as swk
 from tests.procs import client_pids
 
 HERE = Path(__file__).resolve().parent
@@ -63,7 +65,7 @@ def test_split_level_in_duration_mode_strides_the_indices() -> None:
 @pytest.mark.parametrize(("value", "want"), [(None, 1), (1, 1), (4, 4), ("2", 2), (0, 0), ("auto", 0),
                                              (" AUTO ", 0), (3.0, 3)])
 def test_client_processes_values(value: Any, want: int) -> None:
-    assert swk.parse_client_processes(value) == want
+    assert sw.parse_client_processes(value) == want
     assert sw.SweepOptions(url="http://x", client_processes=value).normalized().client_processes == want
 
 
@@ -113,7 +115,7 @@ def _traces(c: int, per_worker: int) -> list[sw.Trace]:
 
 def test_merged_level_equals_the_single_process_point_on_the_same_traces() -> None:
     traces = _traces(c=8, per_worker=5)
-    health = sw._Health()
+    health = sw.Health()
     health.cpu_util = 0.42
     health.lags = [0.001, 0.002, 0.004]
     single = sw.LevelRun(2, 8, list(traces), False, health,
@@ -225,8 +227,8 @@ def test_two_processes_run_every_request_of_each_level_once(zero: str, api: str)
 
 def test_auto_measures_a_client_limited_level_again_with_more_processes(
         zero: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sw, "CLIENT_CPU_LIMIT", 0.0)  # every clean level counts as client-limited
-    monkeypatch.setattr(sw, "auto_limit", lambda c: max(1, min(2, c)))  # two CPUs, whatever this host has
+    monkeypatch.setattr(sw_summary, "CLIENT_CPU_LIMIT", 0.0)  # every clean level counts as client-limited
+    monkeypatch.setattr(sw_run, "auto_limit", lambda c: max(1, min(2, c)))  # two CPUs, whatever this host has
     facts = sw.run_sweep(sw.SweepOptions(url=zero, concurrency=[1, 4, 8], requests=16, max_tokens=32,
                                          client_processes="auto"))
     assert _no_children_left()

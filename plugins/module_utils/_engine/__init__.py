@@ -23,7 +23,7 @@ One job per file:
   each other; ``follower``: the life of a node of rank > 0;
 - ``server``: the aiohttp applications (rank 0's API, a rank > 0's placeholder), middlewares,
   routes, and the server's life;
-- ``engine``: one engine's configuration and state; ``scheduler``: request bookkeeping and
+- ``config``: one engine's configuration; ``engine``: its state; ``scheduler``: request bookkeeping and
   the token-dispatch loop;
 - ``api_openai`` (completions, chat) and ``api_native`` (/generate): the APIs, free of the HTTP
   framework; ``requests`` (bodies, validation) and ``replies`` (replies, streams, error bodies);

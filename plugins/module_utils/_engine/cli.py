@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile, fleet, host, perfmodel
-from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine, EngineConfig
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.config import EngineConfig
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.follower import Follower
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.procs import EngineProcs

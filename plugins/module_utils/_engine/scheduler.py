@@ -13,20 +13,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.config import EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.metrics import EngineMetrics
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel import Scheduler, StepResult
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.prefixhook import PrefixHook
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.radixcache import (
     Handle,
     Match,
     PrefixCache,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.tokens import prompt_ids
-
-if TYPE_CHECKING:
-    from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import EngineConfig
 
 DECODE_LOG_INTERVAL = 40
 HEALTH_TIMEOUT_S = 20.0
@@ -155,8 +154,9 @@ class RequestScheduler:
         self.metrics = metrics
         self.log = log
         self.cache = new_prefix_cache(config)
-        self.sched = Scheduler(config.plan, prefix=self if self.cache is not None else None)
         self.reqs: dict[str, Req] = {}
+        self.prefix = PrefixHook(self.cache, self.reqs, metrics)
+        self.sched = Scheduler(config.plan, prefix=self.prefix if self.cache is not None else None)
         self.wake = asyncio.Event()
         self.stats = BatchStats()
         self.flushing = False  # a /flush_cache waiting for idle
@@ -188,54 +188,6 @@ class RequestScheduler:
         self.wake.set()
         return Submission(reqs, sink, lambda: self.cancel(reqs))
 
-    # -- the prefix cache (perfmodel.batching.PrefixHook) ----------------------------------
-    def match(self, req_id: str) -> tuple[int, int]:
-        """The cached prefix of a request about to be admitted: (device, host) tokens."""
-        req = self.reqs.get(req_id)
-        if self.cache is None or req is None or req.internal or not req.token_ids:
-            return 0, 0
-        req.match = self.cache.match(req.token_ids)
-        return req.match.device, req.match.host
-
-    def admitted(self, req_ids: list[str]) -> None:
-        """Admitted to a prefill: host hits are loaded back, the prompts inserted and locked."""
-        cache = self.cache
-        if cache is None:
-            return
-        reqs = [r for r in (self.reqs.get(i) for i in req_ids) if r is not None and r.match]
-        for req in reqs:  # a retracted request comes back: it lets go of its old prompt
-            if req.handle is not None:
-                cache.release(req.handle)
-        outside = self._outside_tokens()
-        holds = [cache.hold(r.match) for r in reqs if r.match is not None]
-        prompt = cached = 0
-        for req in reqs:
-            match = req.match
-            if match is None:
-                continue
-            req.cached_device, req.cached_host = match.device, match.host
-            req.cached_tokens = match.total
-            req.handle = cache.admit(req.token_ids, match, outside)
-            req.match = None
-            prompt += req.prompt_tokens
-            cached += match.total
-        for hold in holds:
-            cache.release(hold, outside=outside)
-        if prompt:
-            self.metrics.cache_hit_rate = cached / prompt
-        self.metrics.load_back_total = cache.load_back_tokens
-
-    def _outside_tokens(self) -> int:
-        """Device KV in use outside the tree: the generated tokens of the requests in flight."""
-        return sum(len(r.output_ids) for r in self.reqs.values())
-
-    def _release(self, req: Req, finished: bool) -> None:
-        if self.cache is None or req.handle is None:
-            return
-        ids = req.token_ids + tuple(req.output_ids) if finished else None
-        self.cache.release(req.handle, ids, self._outside_tokens())
-        req.handle = None
-
     def is_idle(self) -> bool:
         """No request waiting or running (SGLang's ``Scheduler.is_fully_idle``)."""
         return not self.reqs
@@ -263,7 +215,7 @@ class RequestScheduler:
                     pass
                 self.reqs.pop(req.rid, None)
                 req.done = True
-                self._release(req, finished=False)
+                self.prefix.release(req, finished=False)
 
     async def one_token(self) -> bool:
         """A one-token generation through the scheduler (health checks, the warm-up)."""
@@ -420,7 +372,7 @@ class RequestScheduler:
         req.done = True
         req.finished_at = now
         self.reqs.pop(req.rid, None)
-        self._release(req, finished=True)
+        self.prefix.release(req, finished=True)
         req.sink.put_nowait((req.index, [], True))
         if not req.internal:
             e2e = (self.metric_clock(now) if mnow is None else mnow) - req.m_submitted

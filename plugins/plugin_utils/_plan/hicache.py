@@ -5,7 +5,7 @@ the host's memory budget, counting what the release pins beyond the size."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _paths
@@ -82,6 +82,63 @@ def _reasoning(available: int, limited_by: str, reserve_gib: float, reserve: int
     ]
 
 
+def _checked_inputs(instances: Any, tp_size: Any, fraction: Any, reserve_gib: Any) -> tuple[int, int, float, float]:
+    """The counts, fraction and reserve of ``hicache_plan`` as numbers, or PlanError."""
+    instances = as_int(instances, "instances") or 0
+    tp_size = as_int(tp_size, "tp_size") or 0
+    if instances < 1 or tp_size < 1:
+        raise PlanError(f"instances ({instances}) and tp_size ({tp_size}) must be at least 1")
+    fraction = float(fraction)
+    if not 0 < fraction <= 1:
+        raise PlanError(f"hicache fraction must be in (0, 1], not {fraction}")
+    reserve_gib = float(reserve_gib)
+    if reserve_gib < 0:
+        raise PlanError(f"hicache reserve must not be negative, not {reserve_gib} GiB")
+    return instances, tp_size, fraction, reserve_gib
+
+
+def _choose_size(explicit_size_gb: int | None, keep_size_gb: int | None, size_from: str, release: str,
+                 reasoning: list[str], pinned_rank: Callable[[int], int], n: dict[str, Any]) -> int:
+    """The size: the explicit one (PlanError when it does not fit), the running servers' while
+    it fits the hard limit, else the largest that fits the budget (PlanError under 1 GB).
+    ``n``: the numbers of ``hicache_plan`` (budget, hard limit, largest, ranks, per_gb,
+    available, reserve_gib, fraction). Adds its reason to ``reasoning``."""
+    budget, hard_limit, largest, ranks = n["budget"], n["hard_limit"], n["largest"], n["ranks"]
+    per_gb, available, reserve_gib, fraction = n["per_gb"], n["available"], n["reserve_gib"], n["fraction"]
+    arithmetic = (f"({gb(available)} available - {reserve_gib:g} GiB reserve) x {fraction:g}")
+    if explicit_size_gb is not None:
+        size = as_int(explicit_size_gb, "hicache size") or 0
+        if size < 1:
+            raise PlanError(f"hicache size must be at least 1 GB, not {explicit_size_gb!r}")
+        total = pinned_rank(size) * ranks
+        if total > budget:
+            fit = (f"the largest size that fits is {largest} GB" if largest >= 1 else
+                   "no size fits: disable HiCache (a profile without it) or run fewer instances")
+            raise PlanError(
+                f"{size_from}{' ' if size_from.startswith('--') else '='}{size} oversubscribes host memory on "
+                f"release {release}: {size} GB x {per_gb:g} per rank x {ranks} rank(s) = {gb(total)} pinned > "
+                f"budget {gb(budget)} = {arithmetic}; {fit} (set 0 to size it from the facts)"
+            )
+        reasoning.append(f"explicit size {size} GB: {gb(total)} pinned <= budget {gb(budget)}")
+    elif keep_size_gb and keep_size_gb > 0 and pinned_rank(keep_size_gb) * ranks <= hard_limit:
+        size = keep_size_gb
+        reasoning.append(f"kept {size} GB, the size the running servers have: it still fits the hard limit "
+                         f"({gb(pinned_rank(size) * ranks)} pinned <= {gb(available)} available - reserve); the "
+                         f"target size now is {largest} GB (stop them, or set sglang_hicache_size_gb, to resize)")
+    else:
+        size = largest
+        if keep_size_gb:
+            reasoning.append(f"the running servers' size {keep_size_gb} GB no longer fits: resized to {size} GB")
+        if size < 1:
+            raise PlanError(
+                f"not enough host memory for HiCache: {gb(available)} available - {reserve_gib:g} GiB "
+                f"reserve, x {fraction:g} = budget {gb(budget)}, over {ranks} rank(s) at {per_gb:g} x size "
+                "leaves less than 1 GB per rank; disable HiCache (choose a profile without it) or run "
+                "fewer instances"
+            )
+    return size
+
+
 def hicache_plan(
     facts: dict[str, Any],
     *,
@@ -115,17 +172,7 @@ def hicache_plan(
         traits = release_traits(release) if traits is None else traits
     except UnknownReleaseError as exc:
         raise PlanError(str(exc)) from None
-    instances = as_int(instances, "instances") or 0
-    tp_size = as_int(tp_size, "tp_size") or 0
-    if instances < 1 or tp_size < 1:
-        raise PlanError(f"instances ({instances}) and tp_size ({tp_size}) must be at least 1")
-    fraction = float(fraction)
-    if not 0 < fraction <= 1:
-        raise PlanError(f"hicache fraction must be in (0, 1], not {fraction}")
-    reserve_gib = float(reserve_gib)
-    if reserve_gib < 0:
-        raise PlanError(f"hicache reserve must not be negative, not {reserve_gib} GiB")
-
+    instances, tp_size, fraction, reserve_gib = _checked_inputs(instances, tp_size, fraction, reserve_gib)
     available, limited_by = available_bytes(host)
     reserve = int(round(reserve_gib * GIB))
     budget = max(int((available - reserve) * fraction), 0)
@@ -142,37 +189,9 @@ def hicache_plan(
     reasoning = _reasoning(available, limited_by, reserve_gib, reserve, fraction, budget, instances, tp_size,
                            release, pools, draft, largest)
     hard_limit = max(available - reserve, 0)
-    arithmetic = (f"({gb(available)} available - {reserve_gib:g} GiB reserve) x {fraction:g}")
-    if explicit_size_gb is not None:
-        size = as_int(explicit_size_gb, "hicache size") or 0
-        if size < 1:
-            raise PlanError(f"hicache size must be at least 1 GB, not {explicit_size_gb!r}")
-        total = pinned_rank(size) * ranks
-        if total > budget:
-            fit = (f"the largest size that fits is {largest} GB" if largest >= 1 else
-                   "no size fits: disable HiCache (a profile without it) or run fewer instances")
-            raise PlanError(
-                f"{size_from}{' ' if size_from.startswith('--') else '='}{size} oversubscribes host memory on "
-                f"release {release}: {size} GB x {per_gb:g} per rank x {ranks} rank(s) = {gb(total)} pinned > "
-                f"budget {gb(budget)} = {arithmetic}; {fit} (set 0 to size it from the facts)"
-            )
-        reasoning.append(f"explicit size {size} GB: {gb(total)} pinned <= budget {gb(budget)}")
-    elif keep_size_gb and keep_size_gb > 0 and pinned_rank(keep_size_gb) * ranks <= hard_limit:
-        size = keep_size_gb
-        reasoning.append(f"kept {size} GB, the size the running servers have: it still fits the hard limit "
-                         f"({gb(pinned_rank(size) * ranks)} pinned <= {gb(available)} available - reserve); the "
-                         f"target size now is {largest} GB (stop them, or set sglang_hicache_size_gb, to resize)")
-    else:
-        size = largest
-        if keep_size_gb:
-            reasoning.append(f"the running servers' size {keep_size_gb} GB no longer fits: resized to {size} GB")
-        if size < 1:
-            raise PlanError(
-                f"not enough host memory for HiCache: {gb(available)} available - {reserve_gib:g} GiB "
-                f"reserve, x {fraction:g} = budget {gb(budget)}, over {ranks} rank(s) at {per_gb:g} x size "
-                "leaves less than 1 GB per rank; disable HiCache (choose a profile without it) or run "
-                "fewer instances"
-            )
+    size = _choose_size(explicit_size_gb, keep_size_gb, size_from, release, reasoning, pinned_rank, {
+        "budget": budget, "hard_limit": hard_limit, "largest": largest, "ranks": ranks, "per_gb": per_gb,
+        "available": available, "reserve_gib": reserve_gib, "fraction": fraction})
     per_instance = pinned_rank(size) * tp_size
     total = per_instance * instances
     reasoning.append(

@@ -6,10 +6,10 @@ One Python process reads at most about 55-95k streamed chunks/s (docs/PERFORMANC
 sweep client's ceiling"): a router in front of many workers can serve more. With
 ``client_processes`` > 1 a level's C closed-loop clients are split over that many processes
 (``split_level``), each with its own event loop, session and connections, running the very
-same ``_sweep.run_level`` on its share. They return their raw traces (``to_wire``: the
-``_sweep.Trace`` fields, token events packed in an array) and their own health; the parent
+same ``run_level`` on its share. They return their raw traces (``to_wire``: the
+``Trace`` fields, token events packed in an array) and their own health; the parent
 merges them (``merge_runs``) into one ``LevelRun`` and summarizes it with
-``_sweep.summarize_level`` exactly as if one process had run every request. Times are
+``summarize_level`` exactly as if one process had run every request. Times are
 ``time.perf_counter()``, the system-wide monotonic clock on Linux, so the traces of several
 processes share one time base.
 
@@ -38,42 +38,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS, Interrupts
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import Client, open_session
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import DEFAULT_PROMPTS, TIMEOUTS
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.level import (
+    Health,
+    LevelRun,
+    LevelShare,
+    run_level,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.probe import Probe
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
 
-# The most client processes accepted: more than the host's cores only adds switching.
-MAX_CLIENT_PROCESSES = 256
 # Seconds a child may take to start (a fresh interpreter importing aiohttp) and open connections.
 START_TIMEOUT_S = 60.0
 # Seconds past a level's deadline for the children to cancel their requests and send their traces.
 ANSWER_GRACE_S = 15.0
 # Seconds ``close`` waits for children after the stop message, and again after SIGTERM.
 STOP_WAIT_S = 2.0
-# Python < 3.11 (engine venvs) has a separate asyncio.TimeoutError.
-_TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError, asyncio.TimeoutError)
 
 
 class ClientProcessError(Exception):
     """A client process died, failed or did not answer in time."""
-
-
-def parse_client_processes(value: Any) -> int:
-    """The ``client_processes`` option as an int: N >= 1 processes, or 0 for auto (``0``,
-    ``"auto"``). Raises _sweep.SweepError naming the value, the rule and the fix."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import SweepError
-
-    raw = value
-    if value is None:
-        return 1
-    if isinstance(value, str):
-        text = value.strip().lower()
-        value = 0 if text == "auto" else (int(text) if text.isdigit() else None)
-    elif isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CLIENT_PROCESSES:
-        raise SweepError(
-            f"client_processes must be an integer from 1 to {MAX_CLIENT_PROCESSES}, or 0 or 'auto' (more "
-            f"processes when a level is client-limited), got {raw!r}: set it to 1 (one process), 2 or more, or auto"
-        )
-    return value
 
 
 def auto_limit(concurrency: int) -> int:
@@ -91,15 +76,13 @@ def escalation_entry(point: dict[str, Any]) -> dict[str, Any]:
 
 
 def split_level(concurrency: int, requests: int | None, processes: int) -> list[Any]:
-    """The shares (``_sweep.LevelShare``) of a level of C clients and N requests over P processes.
+    """The shares (``LevelShare``) of a level of C clients and N requests over P processes.
 
     Clients: C // P each, one more for the first C % P. Requests: in proportion to the clients
     (a closed-loop client runs about N / C of them), as contiguous index ranges, so that the
     prompts (round-robin by index) are the ones one process would send. Duration mode
     (``requests`` None): process i sends indices i, i + P, ... Worker ids are 0..C-1 over all.
     """
-    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import LevelShare
-
     count = max(1, min(processes, concurrency))
     shares = []
     workers_before = 0
@@ -125,7 +108,7 @@ _TRACE_FIELDS = ("level", "concurrency", "index", "worker", "start", "end", "fir
 
 
 def to_wire(trace: Any) -> tuple[Any, ...]:
-    """A ``_sweep.Trace`` as a tuple that pickles fast: its fields, then its token events as one
+    """A ``Trace`` as a tuple that pickles fast: its fields, then its token events as one
     array of doubles (arrival time, tokens, arrival time, tokens, ...)."""
     flat = array("d")
     for t, n in trace.events:
@@ -135,9 +118,7 @@ def to_wire(trace: Any) -> tuple[Any, ...]:
 
 
 def from_wire(wire: Sequence[Any]) -> Any:
-    """The ``_sweep.Trace`` that ``to_wire`` packed."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import Trace
-
+    """The ``Trace`` that ``to_wire`` packed."""
     trace = Trace(**dict(zip(_TRACE_FIELDS, wire[:-1], strict=True)))
     flat = wire[-1]
     trace.events = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
@@ -157,11 +138,9 @@ class ProcessPart:
 
 
 def _merged_health(parts: Sequence[ProcessPart]) -> Any:
-    """A ``_sweep._Health`` whose figures are the worst process's: the level is client-limited
+    """A ``level.Health`` whose figures are the worst process's: the level is client-limited
     when any of its processes was (each is one event loop on at most one core)."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import _Health
-
-    class _Merged(_Health):
+    class _Merged(Health):
         @property
         def lag_ms_p99(self) -> float | None:
             lags = [p.lag_ms_p99 for p in parts if p.lag_ms_p99 is not None]
@@ -174,11 +153,9 @@ def _merged_health(parts: Sequence[ProcessPart]) -> Any:
 
 
 def merge_runs(level: int, concurrency: int, parts: Sequence[ProcessPart]) -> Any:
-    """One ``_sweep.LevelRun`` from the parts of a level run by several processes: the union of
+    """One ``LevelRun`` from the parts of a level run by several processes: the union of
     their traces (by start time), from the first start to the last end, timed out when any part
     was, with the worst process's health (``_merged_health``)."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import LevelRun
-
     traces = sorted((t for p in parts for t in p.traces), key=lambda t: (t.start, t.index))
     return LevelRun(
         level, concurrency, traces, any(p.timed_out for p in parts), _merged_health(parts),
@@ -199,7 +176,7 @@ async def _readable(fd: int, timeout: float | None) -> bool:
     try:
         await asyncio.wait_for(ready, timeout)
         return True
-    except _TIMEOUTS:
+    except TIMEOUTS:
         return False
     finally:
         loop.remove_reader(fd)
@@ -218,16 +195,14 @@ def child_main(conn: Any, parent_pid: int, opts: Any, model: str | None) -> None
 
 
 async def _child(conn: Any, parent_pid: int, opts: Any, model: str | None) -> None:
-    from ansible_collections.llmops.sglang.plugins.module_utils import _sweep
-
     guard = Interrupts(STOP_SIGNALS, None, parent_pid)
     task = asyncio.current_task()
     if task is not None:
         guard.start(task)
     try:
-        async with _sweep.open_session(opts) as session:
-            client = _sweep._Client(opts, session, model)
-            probe = _sweep._Probe(opts, session)
+        async with open_session(opts) as session:
+            client = Client(opts, session, model)
+            probe = Probe(opts, session)
             while await _readable(conn.fileno(), None):
                 try:
                     message = conn.recv()
@@ -245,16 +220,14 @@ async def _child(conn: Any, parent_pid: int, opts: Any, model: str | None) -> No
 async def _serve(message: tuple[Any, ...], client: Any, probe: Any) -> tuple[Any, ...]:
     """Run one command: ("warm", seq, workers) or ("run", seq, level, concurrency, deadline,
     share); answer (seq, "ok", payload) or (seq, "error", traceback)."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _sweep
-
     seq = message[1]
     try:
         if message[0] == "warm":
             await probe.warm_connections(message[2])
             return seq, "ok", None
         level, concurrency, deadline, share = message[2:]
-        run = await _sweep.run_level(client, level, concurrency, deadline,
-                                     list(client.opts.prompts or _sweep.DEFAULT_PROMPTS), share=share)
+        run = await run_level(client, level, concurrency, deadline,
+                              list(client.opts.prompts or DEFAULT_PROMPTS), share=share)
         return seq, "ok", {
             "traces": [to_wire(t) for t in run.traces], "lag_ms_p99": run.health.lag_ms_p99,
             "cpu_util": run.health.cpu_util, "t_start": run.t_start, "t_end": run.t_end,

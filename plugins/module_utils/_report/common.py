@@ -1,0 +1,205 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""What every part of the report shares (part of the ``_report`` package, see its ``__init__``):
+the marks, the formatting of missing and unmeasurable values, the levels of a sweep, peak and
+knee, the items normalized, the instance labels and the failed levels.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+MISSING = "-"
+NOT_MEASURABLE = "n/m"
+DRIFT_MARK = "~"
+ERROR_MARK = "!"
+LATEST_NAME = "latest"
+ERROR_KINDS = ("http", "stream", "timeout", "connection", "short")
+
+
+# --------------------------------------------------------------------------- small helpers
+def dig(data: Any, path: str) -> Any:
+    """``data['a']['b']`` for path ``a.b``; None where any step is missing."""
+    cur = data
+    for key in path.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def num(value: Any) -> float | None:
+    """A finite float, or None (bools, strings and NaN are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def fmt(value: Any, decimals: int = 1) -> str:
+    number = num(value)
+    if number is None:
+        return MISSING
+    return f"{number:.{decimals}f}"
+
+
+def fmt_count(value: Any) -> str:
+    """Integers as integers; a non-integral value (an average) with one decimal."""
+    number = num(value)
+    if number is None:
+        return MISSING
+    if number == int(number):
+        return str(int(number))
+    return f"{number:.1f}"
+
+
+def unmeasurable(point: dict[str, Any], path: str) -> bool:
+    """Whether the statistic at ``path`` (e.g. ``itl_ms.p50``) was marked not measurable by the
+    sweep (``latency_unmeasurable``: a time-scaled run where the client could not time it)."""
+    key, _, stat = path.partition(".")
+    marks = point.get("latency_unmeasurable")
+    return isinstance(marks, dict) and isinstance(marks.get(key), list) and stat in marks[key]
+
+
+def has_failed(point: dict[str, Any]) -> bool:
+    """The sweep marked the level as having failed requests (``status`` errors or
+    no_requests_ok). Points of sweeps made before ``status`` existed are not marked."""
+    status = point.get("status")
+    return isinstance(status, str) and status != "ok"
+
+
+def error_text(point: dict[str, Any]) -> str:
+    """``C=4 (8 of 8 failed: 100%, connection 8)`` for one level."""
+    errors = point.get("errors") if isinstance(point.get("errors"), dict) else {}
+    parts = [f"{fmt_count(err_total(point))} of {fmt_count(point.get('requests'))} failed"]
+    rate = num(point.get("error_rate"))
+    details = ([f"{rate * 100:.0f}%"] if rate is not None else []) + [
+        f"{kind} {fmt_count(errors.get(kind))}" for kind in ERROR_KINDS if (num(errors.get(kind)) or 0) > 0]
+    text = parts[0] + (": " + ", ".join(details) if details else "")
+    return f"C={fmt_count(point.get('concurrency'))} ({text})"
+
+
+def failed_levels(items: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per instance whose sweep had levels with failed requests:
+    ``host/instance (profile): C=4 (8 of 8 failed: 100%, connection 8), C=8 (...)``."""
+    lines = []
+    for item in items:
+        bad = [p for p in points_of(item["sweep"]) if has_failed(p)]
+        if bad:
+            lines.append(f"{instance_label(item['meta'])}: " + ", ".join(error_text(p) for p in bad))
+    return lines
+
+
+def err_total(point: dict[str, Any]) -> float | None:
+    """errors.total; else the sum of the kinds; else requests - ok."""
+    errors = point.get("errors")
+    if isinstance(errors, dict):
+        total = num(errors.get("total"))
+        if total is not None:
+            return total
+        kinds = [num(errors.get(kind)) for kind in ERROR_KINDS]
+        if any(k is not None for k in kinds):
+            return sum(k for k in kinds if k is not None)
+    requests, ok = num(point.get("requests")), num(point.get("ok"))
+    if requests is not None and ok is not None:
+        return max(requests - ok, 0.0)
+    return None
+
+
+def points_of(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's points that carry a concurrency, sorted by it."""
+    points = [p for p in sweep.get("points") or [] if isinstance(p, dict)]
+    with_c = [p for p in points if num(p.get("concurrency")) is not None]
+    return sorted(with_c, key=lambda p: float(p["concurrency"]))
+
+
+def peak_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
+    """The sweep's peak {concurrency, output_tok_s}; computed from the points (levels without
+    failed requests) when the sweep has no ``peak`` field. A sweep whose peak is null (no level
+    ran without errors) has none."""
+    peak = sweep.get("peak")
+    if isinstance(peak, dict) and num(peak.get("output_tok_s")) is not None:
+        return peak
+    if "peak" in sweep and any(has_failed(p) for p in points_of(sweep)):
+        return None  # the sweep found none: every level that had throughput had failed requests
+    best: dict[str, Any] | None = None
+    for point in points_of(sweep):
+        if has_failed(point):
+            continue
+        tok_s = num(point.get("output_tok_s"))
+        if tok_s is not None and (best is None or tok_s > best["output_tok_s"]):
+            best = {"concurrency": point["concurrency"], "output_tok_s": tok_s}
+    return best
+
+
+def knee_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
+    """The sweep's knee, or None when the sweep found none (never guessed here)."""
+    knee = sweep.get("knee")
+    if isinstance(knee, dict) and num(knee.get("concurrency")) is not None:
+        return knee
+    return None
+
+
+def instance_label(meta: dict[str, Any]) -> str:
+    host = meta.get("host") or "?"
+    instance = meta.get("instance") or "?"
+    profile = meta.get("profile") or "?"
+    return f"{host}/{instance} ({profile})"
+
+
+def normalize(results: Iterable[Any]) -> list[dict[str, Any]]:
+    """Each item as {"meta": dict, "sweep": dict}.
+
+    A bare sweep (an item with ``points`` and no ``sweep`` key) is accepted too; its meta is
+    then only its url. Items that are neither are rejected with ValueError.
+    """
+    items: list[dict[str, Any]] = []
+    for index, item in enumerate(results):
+        if not isinstance(item, dict):
+            raise ValueError(f"results[{index}] is a {type(item).__name__}, expected a dict")
+        if isinstance(item.get("sweep"), dict):
+            meta = item.get("meta") if isinstance(item.get("meta"), dict) else {}
+            sweep = item["sweep"]
+        elif "points" in item:
+            meta, sweep = {}, item
+        else:
+            raise ValueError(
+                f"results[{index}] has no 'sweep' (expected {{meta: ..., sweep: <sglang_sweep>}})"
+            )
+        meta = dict(meta)
+        if not meta.get("url") and sweep.get("url"):
+            meta["url"] = sweep["url"]
+        items.append({"meta": meta, "sweep": sweep})
+    return items
+
+
+def profiles_in_order(items: Sequence[dict[str, Any]]) -> list[str]:
+    """Distinct profiles in the order they first appear (the first is the baseline)."""
+    seen: list[str] = []
+    for item in items:
+        profile = str(item["meta"].get("profile") or "unknown")
+        if profile not in seen:
+            seen.append(profile)
+    return seen
+
+
+# --------------------------------------------------------------------------- markdown
+def md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+# --------------------------------------------------------------------------- CSV / JSON
+def csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return round(value, 4) if math.isfinite(value) else ""
+    if isinstance(value, list | tuple):
+        return "+".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value

@@ -1,0 +1,139 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The HTTP client of a sweep: one session (``open_session``), the request payload and ``Client``,
+which sends one streamed request and returns its ``Trace``. The only file of the package that
+needs aiohttp (optional: ``HAS_AIOHTTP``).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
+    AUTH_STATUSES,
+    READ_BUFSIZE,
+    TIMEOUTS,
+    auth_message,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options import SweepOptions
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.streams import (
+    http_error_message,
+    make_parser,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace, finalize_trace
+
+try:
+    import aiohttp
+
+    HAS_AIOHTTP = True
+    AIOHTTP_IMPORT_ERROR: str | None = None
+except ImportError as _exc:  # pragma: no cover - depends on the interpreter
+    aiohttp = None  # type: ignore[assignment]
+    HAS_AIOHTTP = False
+    AIOHTTP_IMPORT_ERROR = str(_exc)
+
+
+def missing_aiohttp_message(python: str) -> str:
+    """The message a module fails with when its interpreter lacks aiohttp."""
+    return (
+        f"the Python running this module ({python}) cannot import aiohttp ({AIOHTTP_IMPORT_ERROR}). "
+        "Run the sweep with the SGLang engine venv's Python (set ansible_python_interpreter to it), "
+        "or on the controller (delegate_to: localhost), or install aiohttp for this interpreter."
+    )
+
+
+def build_payload(
+    opts: SweepOptions, model: str | None, prompt: str, max_tokens: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Path and JSON body of one streamed generation request (``max_tokens``: the option's
+    unless given, as for the level warm-up)."""
+    tokens = opts.max_tokens if max_tokens is None else int(max_tokens)
+    if opts.api == "openai":
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": tokens,
+            "temperature": opts.temperature,
+            "top_p": opts.top_p,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if opts.ignore_eos:
+            body["ignore_eos"] = True
+        return "/v1/completions", body
+    sampling: dict[str, Any] = {
+        "max_new_tokens": tokens,
+        "temperature": opts.temperature,
+        "top_p": opts.top_p,
+        "ignore_eos": opts.ignore_eos,
+    }
+    body = {"text": prompt, "sampling_params": sampling, "stream": True}
+    if model:
+        body["model"] = model
+    return "/generate", body
+
+
+class Client:
+    """The shared session and what every request needs."""
+
+    def __init__(self, opts: SweepOptions, session: Any, model: str | None) -> None:
+        self.opts = opts
+        self.session = session
+        self.model = model
+        self.timeout = aiohttp.ClientTimeout(total=opts.timeout)
+        self.path, _ = build_payload(opts, model, "")
+
+    async def send(self, trace: Trace, prompt: str, max_tokens: int | None = None) -> None:
+        """Send one request and fill ``trace``; never raises except CancelledError."""
+        opts = self.opts
+        _, body = build_payload(opts, self.model, prompt, max_tokens)
+        want = opts.max_tokens if max_tokens is None else int(max_tokens)
+        parser = make_parser(opts.api)
+        headers_seen = False
+        trace.start = time.perf_counter()
+        try:
+            async with self.session.post(opts.url + self.path, json=body, timeout=self.timeout) as resp:
+                trace.http_status = resp.status
+                if resp.status != 200:
+                    raw = await resp.content.read(2048)
+                    message = f"HTTP {resp.status}: {http_error_message(raw)}"
+                    if resp.status in AUTH_STATUSES:
+                        message = auth_message(opts.url, resp.status, bool(opts.api_key))
+                    trace.fail("http", message)
+                    return
+                headers_seen = True
+                async for line in resp.content:
+                    now = time.perf_counter()
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    parser.feed(now, line[5:].strip().decode("utf-8"))
+        except asyncio.CancelledError:
+            trace.end = time.perf_counter()
+            trace.fail("timeout", "level or sweep time limit reached while the request was in flight")
+            finalize_trace(trace, parser, want)
+            raise
+        except TIMEOUTS:
+            if not parser.done:
+                trace.fail("timeout", f"no complete response within timeout={opts.timeout:g}s")
+        except (ValueError, UnicodeDecodeError) as exc:
+            trace.fail("stream", f"unreadable stream data: {exc}")
+        except aiohttp.ClientError as exc:
+            if headers_seen:
+                trace.fail("stream", f"stream broken: {type(exc).__name__}: {exc}")
+            else:
+                trace.fail("connection", f"{type(exc).__name__}: {exc}")
+        except OSError as exc:
+            trace.fail("connection", f"{type(exc).__name__}: {exc}")
+        finally:
+            if not trace.end:
+                trace.end = time.perf_counter()
+        finalize_trace(trace, parser, want)
+
+
+def open_session(opts: SweepOptions) -> Any:
+    """The sweep's one session: no connection cap, keep-alive, a large read buffer, the key."""
+    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=True if opts.validate_certs else False)
+    return aiohttp.ClientSession(connector=connector, headers=headers, read_bufsize=READ_BUFSIZE)

@@ -1,0 +1,153 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""One level: C closed-loop clients over the level's requests (``run_level``), the client's own
+health (event-loop lag, CPU) and the raw result (``LevelRun``).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ansible_collections.llmops.sglang.plugins.module_utils._stats import percentile
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import Client
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TICK_S
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
+
+
+class Health:
+    """Event-loop lag (a 10 ms ticker) and process CPU time over a level."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._cpu0 = 0.0
+        self._wall0 = 0.0
+        self.cpu_util: float | None = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + TICK_S
+        while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            now = loop.time()
+            self.lags.append(max(0.0, now - due))
+            due = now + TICK_S
+
+    def start(self) -> None:
+        self._cpu0 = time.process_time()
+        self._wall0 = time.perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        wall = time.perf_counter() - self._wall0
+        cpu = time.process_time() - self._cpu0
+        self.cpu_util = round(cpu / wall, 3) if wall > 0 else None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def lag_ms_p99(self) -> float | None:
+        value = percentile(self.lags, 99)
+        return None if value is None else round(value * 1000.0, 3)
+
+
+@dataclass
+class LevelShare:
+    """The part of a level one client process runs (workers.split_level): ``workers``
+    closed-loop clients with ids from ``worker_offset``, ``requests`` of them (None: duration
+    mode) with request indices ``first_index``, ``first_index + step``, ..."""
+
+    workers: int
+    requests: int | None
+    first_index: int = 0
+    step: int = 1
+    worker_offset: int = 0
+
+
+@dataclass
+class LevelRun:
+    level: int
+    concurrency: int
+    traces: list[Trace]
+    timed_out: bool
+    health: Health
+    t_start: float
+    t_end: float
+
+
+async def run_level(
+    client: Client,
+    level: int,
+    concurrency: int,
+    deadline: float,
+    prompts: Sequence[str],
+    warmup_tokens: int | None = None,
+    share: LevelShare | None = None,
+) -> LevelRun:
+    """C closed-loop clients: each sends, waits for the end of the response, sends again, until
+    the level's request count is used up (or ``duration`` passed); cut at ``deadline``.
+
+    With ``warmup_tokens``: the level's warm-up round instead, never part of the level's
+    numbers: max(C, number of prompts) requests at concurrency C (every prompt's shape goes
+    through the server once), with staggered lengths (``warmup_level_tokens``) so that the C
+    requests in flight finish one by one and the server runs every batch size from C down
+    to 1, as the level's own draining tail will. A real server compiles kernels at the first
+    batch of each new shape (seen on an H200: a sweep on a fresh server was 40% slower).
+
+    With ``share``: this process's part of a level spread over several client processes.
+    """
+    opts = client.opts
+    if warmup_tokens is not None:
+        total: int | None = max(concurrency, len(prompts))
+    else:
+        total = opts.requests_for(concurrency)
+    if share is None:
+        share = LevelShare(concurrency, total)
+    total = share.requests
+    traces: list[Trace] = []
+    counter = {"next": 0}
+    t_start = time.perf_counter()
+    stop_sending_at = (
+        t_start + opts.duration if opts.duration is not None and warmup_tokens is None else None
+    )
+
+    def claim() -> int | None:
+        idx = counter["next"]
+        if total is not None and idx >= total:
+            return None
+        if stop_sending_at is not None and time.perf_counter() >= stop_sending_at:
+            return None
+        counter["next"] = idx + 1
+        return share.first_index + idx * share.step
+
+    async def worker(wid: int) -> None:
+        while True:
+            idx = claim()
+            if idx is None:
+                return
+            trace = Trace(level=level, concurrency=concurrency, index=idx, worker=wid)
+            traces.append(trace)
+            tokens = warmup_level_tokens(warmup_tokens, concurrency, idx) if warmup_tokens is not None else None
+            await client.send(trace, prompts[idx % len(prompts)], tokens)
+
+    health = Health()
+    health.start()
+    tasks = [asyncio.ensure_future(worker(share.worker_offset + w)) for w in range(share.workers)]
+    remaining = max(0.0, deadline - time.perf_counter())
+    try:
+        _, pending = await asyncio.wait(tasks, timeout=remaining)
+    finally:  # cut by the deadline, or the sweep itself cancelled (interrupted): no client goes on
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await health.stop()
+    return LevelRun(level, concurrency, traces, bool(pending), health, t_start, time.perf_counter())
+
+
+def warmup_level_tokens(base: int, concurrency: int, index: int) -> int:
+    """max_tokens of warm-up request ``index`` at concurrency C: base, base + step, ... base +
+    (C-1) x step (step = base / 4): the requests in flight end one after another."""
+    return base + (index % max(concurrency, 1)) * max(1, base // 4)
