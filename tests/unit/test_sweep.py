@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _report
+from ansible_collections.llmops.sglang.plugins.module_utils import _progress, _report
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
 from tests.procs import client_pids
 
@@ -1283,3 +1283,19 @@ def test_time_scale_for_a_server_that_reports_none_and_the_records_origin(server
     point = scaled["points"][0]
     assert point["output_tok_s"] == pytest.approx(point["wall"]["output_tok_s"] * 0.5, rel=1e-3)
     assert scaled["records"][0]["e2e_s"] > 1.5 * wall["records"][0]["e2e_s"]  # in modelled seconds
+
+
+def test_progress_lines_of_a_router_are_in_the_time_base_of_its_result(server: str) -> None:
+    """Issue 16 #8: a router reports no time scale, so its progress lines stayed in wall time
+    while its result (time_scale from the workers) and the workers' lines were in modelled time,
+    10x apart at the demo's scale and unlabelled. Each line now has the result's time base, and
+    says which it is."""
+    configure(server, rate=2000.0, prefill_s=0.01, slots=8)
+    lines: list[dict[str, Any]] = []
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[2], requests=4, warmup=0, level_warmup=False,
+                                         max_tokens=40, time_scale=0.1),
+                         on_level=lambda point, scale: lines.append(_progress.record(point, {"instance": "router"},
+                                                                                     scale)))
+    assert facts["time_base"] == "model" and [line["time_base"] for line in lines] == ["model"]
+    assert lines[0]["output_tok_s"] == pytest.approx(facts["points"][0]["output_tok_s"], rel=1e-3)
+    assert _progress.describe(lines[0]).startswith("router [modelled time] C=2: ")
