@@ -253,7 +253,7 @@ def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_leve
             assert line["output_tok_s"] > 0 and line["ttft_ms_p50"] > 0 and line["errors"] == 0
             assert line["time_base"] == "model"
         for c in (1, 2, 4):
-            assert f"sweep progress: localhost gpu0 (mtp) C={c}: " in text, text[-3000:]
+            assert f"sweep progress: localhost gpu0 (mtp) [modelled time] C={c}: " in text, text[-3000:]
         # the report: the server's view of each level, beside the client's figures
         summary = (reports / "watch" / "summary.md").read_text()
         assert "Server during each level" in summary
