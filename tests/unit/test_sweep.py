@@ -459,14 +459,16 @@ def test_throughput_matches_the_analytic_rate(server: str, api: str, chunk_token
 
 @pytest.mark.parametrize("api", ["openai", "native"])
 def test_ttft_is_stamped_at_an_empty_text_token_chunk(server: str, api: str) -> None:
-    # first token at P + 1/R = 40 ms with text ""; first non-empty text only at P + 5/R = 120 ms
-    configure(server, rate=50.0, prefill_s=0.02, chunk_tokens=1, empty_text_chunks=4)
+    # first token at P + 1/R = 0.22 s with text ""; first non-empty text only at P + 5/R = 1.02 s:
+    # 0.8 s apart, so that a loaded machine's delays cannot blur the two (they were 80 ms apart
+    # with an upper bound of 90 ms); the floor holds whatever the load
+    configure(server, rate=5.0, prefill_s=0.02, chunk_tokens=1, empty_text_chunks=4)
     facts = sw.run_sweep(
-        sw.SweepOptions(url=server, api=api, concurrency=[1], requests=2, warmup=0, max_tokens=8)
+        sw.SweepOptions(url=server, api=api, concurrency=[1], requests=2, warmup=0, max_tokens=6, level_warmup=False)
     )
     point = facts["points"][0]
     assert point["ok"] == 2
-    assert 35.0 <= point["ttft_ms"]["p50"] <= 90.0, point["ttft_ms"]
+    assert 0.97 * 220.0 <= point["ttft_ms"]["p50"] < 1020.0, point["ttft_ms"]
 
 
 def test_http_500_stream_errors_and_short_outputs_are_counted(server: str) -> None:
@@ -498,10 +500,11 @@ def test_a_hung_server_ends_the_level_at_level_timeout(server: str) -> None:
         )
     )
     elapsed = time.monotonic() - began
-    assert elapsed < 3.0
+    # cut by the limits, not by the 30 s requests (a bound load cannot reach: the cut is at 1.2 s)
+    assert elapsed < 25.0
     first, second = facts["points"]
     assert first["level_timed_out"] and first["errors"]["timeout"] == 1 and first["ok"] == 0
-    assert 0.55 <= first["duration_s"] <= 0.9
+    assert 0.55 <= first["duration_s"] < 25.0
     assert second["errors"]["timeout"] == 2  # cut by sweep_timeout
     assert facts["stopped_on_timeout"] is True
     assert facts["peak"] is None and facts["knee"] is None
@@ -514,7 +517,7 @@ def test_request_timeout_and_connection_errors(server: str) -> None:
     )
     point = facts["points"][0]
     assert point["errors"]["timeout"] == 2 and not point["level_timed_out"]
-    assert point["duration_s"] < 1.0
+    assert 0.3 <= point["duration_s"] < 25.0  # the 0.3 s request timeout, not the 30 s hang
     # nothing listening: every request is a connection error, the sweep still returns
     facts = sw.run_sweep(
         sw.SweepOptions(url="http://127.0.0.1:9", model="m", concurrency=[2], requests=3, warmup=1)
@@ -673,9 +676,10 @@ def test_a_sweep_stops_at_once_when_its_reader_or_its_watched_process_is_gone(se
     finally:
         closer.join()
         os.close(write_end)
-    assert time.monotonic() - began < 3.0
+    # stopped at once: every request (100 s each) was cut, none ran to its end, whatever the load
+    assert _stats(server)["completed"] == 0 and time.monotonic() - began < 90.0
     assert "during C=4; levels finished: none" in str(info.value)
-    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)  # the server saw its clients leave
+    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)  # the server saw its clients leave
 
     configure(server, **SLOW_CFG)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
@@ -686,9 +690,9 @@ def test_a_sweep_stops_at_once_when_its_reader_or_its_watched_process_is_gone(se
     finally:
         sleeper.kill()
         sleeper.wait(timeout=10)
-    assert time.monotonic() - began < 4.0
+    assert _stats(server)["completed"] == 0 and time.monotonic() - began < 90.0  # cut, not waited for
     assert _stats(server)["received"] == 4
-    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
 
 
 def test_a_sweep_stops_when_its_heartbeat_goes_stale_and_removes_the_file(server: str, tmp_path: Path) -> None:
@@ -703,8 +707,8 @@ def test_a_sweep_stops_when_its_heartbeat_goes_stale_and_removes_the_file(server
             sw.run_sweep(sw.SweepOptions(url=server, heartbeat_file=str(beat), heartbeat_timeout=0.5, **SLOW_OPTIONS))
         assert "during C=4; levels finished: none" in str(info.value)
         assert not beat.exists()
-        assert _stats(server)["received"] == 4
-        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+        assert _stats(server)["received"] == 4 and _stats(server)["completed"] == 0
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
     finally:
         _kill_clients(server)
 
@@ -724,9 +728,11 @@ def test_sigint_stops_the_module_and_its_requests(server: str) -> None:
         os.killpg(proc.pid, signal.SIGINT)
         stopped = time.monotonic()
         proc.communicate(timeout=30)
-        assert _wait_for(lambda: not client_pids(_port(server)), 3.0), client_pids(_port(server))
-        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
-        assert time.monotonic() - stopped < 6.0
+        assert _wait_for(lambda: not client_pids(_port(server)), 30.0), client_pids(_port(server))
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
+        # stopped at once: none of the 100 s requests ran to its end (a bound in the server's
+        # own terms: load slows the stop, it cannot make a cut request complete)
+        assert _stats(server)["completed"] == 0 and time.monotonic() - stopped < 90.0
         assert _stats(server)["received"] == 64  # nothing sent after the interrupt
     finally:
         if proc.poll() is None:
@@ -767,17 +773,17 @@ def test_an_async_sweep_stops_with_the_process_it_watches(server: str, tmp_path:
         sleeper.kill()
         sleeper.wait(timeout=10)
         gone = time.monotonic()
-        assert _wait_for(lambda: not client_pids(_port(server)), 3.0), client_pids(_port(server))
-        assert time.monotonic() - gone < 3.0
-        assert "(watch_pid) is gone" in job_result(started, 10.0)["msg"]
+        assert _wait_for(lambda: not client_pids(_port(server)), 30.0), client_pids(_port(server))
+        assert _stats(server)["completed"] == 0 and time.monotonic() - gone < 90.0  # cut, not run out
+        assert "(watch_pid) is gone" in job_result(started, 30.0)["msg"]
 
         configure(server, **SLOW_CFG)
         started = start("{{ lookup('llmops.sglang.controller_pid') }}")
         ended = time.monotonic()  # the ansible command that started the job is over
-        result = job_result(started, 15.0)  # the job's own start-up (AnsiballZ) included
+        result = job_result(started, 60.0)  # the job's own start-up (AnsiballZ) included
         assert result.get("failed") is True and "(watch_pid) is gone" in result["msg"], result
-        assert time.monotonic() - ended < 15.0
-        assert not client_pids(_port(server)) and _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+        assert _stats(server)["completed"] == 0 and time.monotonic() - ended < 90.0  # cut, not run out
+        assert not client_pids(_port(server)) and _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
@@ -992,7 +998,7 @@ def test_level_warmup_on_a_hung_server_ends_at_level_timeout(server: str) -> Non
         sw.SweepOptions(url=server, concurrency=[2], requests=2, warmup=0, max_tokens=10,
                         timeout=30.0, level_timeout=0.5, sweep_timeout=5.0)
     )
-    assert time.monotonic() - began < 3.0
+    assert time.monotonic() - began < 25.0  # the level limits, not the 30 s requests
     point = facts["points"][0]
     assert point["level_warmup"]["timed_out"] and point["level_warmup"]["errors"]["timeout"] == 2
     assert point["level_timed_out"] and point["errors"]["timeout"] == 2
