@@ -533,11 +533,13 @@ def test_stop_on_plateau_and_legacy_server_info(server: str, monkeypatch: pytest
     # loaded 2-core CI machine a scheduling hiccup could mark a level client-limited, and such
     # a level never triggers the stop.
     monkeypatch.setattr(sw, "client_limited", lambda lag, cpu: False)
+    # gains of ~100% (1 -> 2) and ~0% (2 -> 4, 2 slots) against a threshold of 30%: a loaded
+    # machine's noise moves a rate by a few percent, not by 30 (it did, against 5%)
     configure(server, slots=2, rate=500.0, prefill_s=0.02, chunk_tokens=2,
               legacy_server_info=True, spec_accept_length=2.5)
     facts = sw.run_sweep(
         sw.SweepOptions(url=server, api="native", concurrency=[1, 2, 4, 8], max_tokens=60,
-                        stop_on_plateau=True, plateau_gain=0.05)
+                        stop_on_plateau=True, plateau_gain=0.3)
     )
     assert [p["concurrency"] for p in facts["points"]] == [1, 2, 4]  # 2 -> 4 adds nothing: stop
     assert facts["stopped_on_plateau"] is True
@@ -586,7 +588,9 @@ def test_a_server_killed_mid_sweep_marks_its_levels_and_peaks_on_good_ones() -> 
     assert four["client_limited"] is False and eight["client_limited"] is False
     assert four["gain_per_doubling"] is None and eight["gain_per_doubling"] is None
     # peak and knee from the good level only
-    assert facts["peak"] == {"concurrency": 1, "output_tok_s": one["output_tok_s"], "client_limited": False}
+    # (client_limited is the good level's own health verdict, which a loaded machine may give)
+    assert facts["peak"] == {"concurrency": 1, "output_tok_s": one["output_tok_s"],
+                             "client_limited": one["client_limited"]}
     assert facts["knee"]["concurrency"] == 1
     assert facts["levels_with_errors"] == [4, 8]
     warning = next(w for w in facts["warnings"] if w.startswith("requests failed at"))
@@ -921,8 +925,10 @@ def test_drift_compares_the_two_halves_of_the_window() -> None:
 
 
 def test_a_level_whose_server_slows_down_is_flagged(server: str) -> None:
-    # requests 1-4 at 1000 tok/s, 5-8 at 500 tok/s: the second half of the level is slower
-    configure(server, rate=1000.0, prefill_s=0.01, slots=4, slow_after=4, slow_factor=0.5)
+    # requests 1-4 at 1000 tok/s, 5-8 at 250 tok/s: the second half of the level is ~4x slower
+    # (0.11 s against 0.41 s a request), so that the client's own delays on a loaded machine,
+    # added to both halves, cannot lift the ratio above the 0.85 asserted (at 2x they did)
+    configure(server, rate=1000.0, prefill_s=0.01, slots=4, slow_after=4, slow_factor=0.25)
     facts = sw.run_sweep(
         sw.SweepOptions(url=server, concurrency=[1], requests=8, warmup=0, level_warmup=False, max_tokens=100)
     )
@@ -1327,7 +1333,10 @@ def test_time_scale_for_a_server_that_reports_none_and_the_records_origin(server
     assert scaled["options"]["time_scale"] == 0.5
     point = scaled["points"][0]
     assert point["output_tok_s"] == pytest.approx(point["wall"]["output_tok_s"] * 0.5, rel=1e-3)
-    assert scaled["records"][0]["e2e_s"] > 1.5 * wall["records"][0]["e2e_s"]  # in modelled seconds
+    # the records in modelled seconds: their busy time x the scale is the level's wall busy time
+    # (achieved concurrency x wall duration), within one run, so load cannot move it
+    busy = sum(r["e2e_s"] for r in scaled["records"])
+    assert busy * 0.5 == pytest.approx(point["achieved_concurrency"] * point["wall"]["duration_s"], rel=0.01)
 
 
 def test_progress_lines_of_a_router_are_in_the_time_base_of_its_result(server: str) -> None:
