@@ -598,7 +598,10 @@ def test_a_server_killed_mid_sweep_marks_its_levels_and_peaks_on_good_ones() -> 
     assert "C=1:" not in warning and "left out of peak, knee and plateau" in warning
     # and the report says so
     table = _report.render_table(facts)
-    assert "| 4! |" in table and "| 8! |" in table and "| 1 |" in table
+    # the C cell of each row: "!" marks failed requests ("*" a client-limited level and "~" a
+    # drifted one may join it on a loaded machine: those are the level's own verdicts)
+    marks = {re.match(r"\d+", cell).group(): cell for cell in (parse_cells(row)[0] for row in table.splitlines()[2:])}
+    assert "!" in marks["4"] and "!" in marks["8"] and "!" not in marks["1"], table
     assert "levels with failed requests (marked !" in _report.render_findings(facts)
 
 
