@@ -71,6 +71,7 @@ class ActionModule(ActionBase):
         done = [{**j, "item": j.get("item")} for j in starts if not j.get("ansible_job_id")]  # skipped
         dest = args.get("dest") if not self._task.check_mode else None
         self._beat_warned = False
+        self._dest_failed = False
         self._wait(jobs, task_vars, dest, poll, timeout)
         results = done + [{**(job.result or {}), "item": job.start} for job in jobs]
         failed = [r for r in results if r.get("failed")]
@@ -152,17 +153,28 @@ class ActionModule(ActionBase):
             except ValueError:
                 text = line
             display.display(f"sweep progress: {text}")
-        if fresh and dest:
-            _append_controller(dest, fresh)
+        if fresh and dest and not self._dest_failed:
+            problem = _append_controller(dest, fresh)
+            if problem:  # the lines are printed above and the sweep goes on: its result is what counts
+                self._dest_failed = True
+                display.warning(f"sweep_wait: {problem}; the sweeps go on, their levels are printed here and come "
+                                "back in their results")
 
 
-def _append_controller(dest: str, lines: list[str]) -> None:
+def _append_controller(dest: str, lines: list[str]) -> str | None:
     """Append whole lines to the controller's progress.jsonl, locked against the other hosts'
-    forks writing the same file."""
-    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    forks writing the same file; what went wrong (never raised: a folder that fails mid-sweep
+    must not end the sweeps and lose their results), or None."""
+    try:
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        return f"cannot write the progress lines to {dest}: {exc.strerror or exc}"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
+    except OSError as exc:
+        return f"cannot write the progress lines to {dest}: {exc.strerror or exc}"
     finally:
         os.close(fd)
+    return None

@@ -17,6 +17,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 LABELS = ("host", "instance", "profile")
+# the label every printed line carries: the time its rates and latencies are in (a sweep of
+# the time-scaled embedded engine, or of a router in front of it, is in the GPU time modelled)
+TIME_BASES = {"model": "modelled time", "wall": "wall time"}
 
 
 def _p50(point: dict[str, Any], key: str) -> Any:
@@ -69,13 +72,17 @@ def complete_lines(text: str) -> list[str]:
 
 
 def describe(rec: dict[str, Any]) -> str:
-    """``node1 gpu0 (nospec) C=16: 812.3 tok/s, TTFT p50 41.2 ms, 0 errors, ok; server: running max 16, ...``."""
+    """``node1 gpu0 (nospec) [wall time] C=16: 812.3 tok/s, TTFT p50 41.2 ms, 0 errors, ok; server:
+    running max 16, ...``: the time base of the line's rates and latencies in brackets."""
     def num(value: Any, unit: str) -> str:
         return "n/a" if value is None else f"{value:g}{unit}"
 
     where = " ".join(str(rec[k]) for k in ("host", "instance") if rec.get(k))
     if rec.get("profile"):
         where += f" ({rec['profile']})"
+    base = TIME_BASES.get(str(rec.get("time_base")))
+    if base:
+        where += f" [{base}]"
     text = (f"{where} C={rec.get('concurrency')}: {num(rec.get('output_tok_s'), ' tok/s')}, "
             f"TTFT p50 {num(rec.get('ttft_ms_p50'), ' ms')}, {rec.get('errors') or 0} errors, {rec.get('status')}")
     server = [f"{label} {rec[key]:g}" for label, key in (

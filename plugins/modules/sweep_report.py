@@ -23,6 +23,11 @@ description:
   - 'Run it on the controller: C(delegate_to: localhost) and C(run_once: true).'
   - Plots need matplotlib on the controller; without it everything else is written and a
     warning is returned.
+  - When O(dest) cannot be written (the bench role checks it before the first request; this is
+    for a folder that fails after all), the finished measurement is written to
+    C(~/.ansible/llmops.sglang/reports/<run_id>/) (or a new folder under the system's temporary
+    directory) and the module fails naming that folder, with RV(fallback) true, so that nothing
+    measured is lost.
   - See C(docs/reports.md) for the column definitions.
 author:
   - llmops.sglang developers (@llmops)
@@ -152,6 +157,12 @@ latest:
   returned: always
   type: str
   sample: /home/me/reports/latest
+fallback:
+  description: True when O(dest) could not be written and RV(dir) is the fallback folder the
+    report went to instead (the module then fails, its message naming that folder).
+  returned: when the report went to the fallback folder
+  type: bool
+  sample: true
 report_warnings:
   description: Problems that did not stop the report - one per instance whose sweep had
     levels with failed requests (naming them, with the failures by kind), no matplotlib, a plot
@@ -174,6 +185,20 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report import (
     render_markdown,
     write_report,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._reportsdir import fallback_root
+
+
+def _fallback(module: AnsibleModule, results: list[dict[str, Any]], out_dir: str, run_id: str, exc: OSError) -> None:
+    """The report's folder failed after the sweeps: write the finished measurement elsewhere
+    (``_reportsdir.fallback_root()``) and fail saying where, so nothing measured is lost."""
+    where = os.path.join(fallback_root(), run_id)
+    try:
+        report = write_report(results, where, title=module.params["title"], latest_link=False)
+    except OSError as again:
+        module.fail_json(msg=f"could not write the report under {out_dir}: {exc}; nor under {where}: {again}")
+    module.fail_json(msg=f"could not write the report under {out_dir}: {exc}. The finished measurement was written "
+                         f"to {report['dir']} instead: copy it from there, and set sglang_bench_reports_dir to a "
+                         "folder this user can write", report_warnings=report.pop("warnings"), fallback=True, **report)
 
 
 def main() -> None:
@@ -210,7 +235,7 @@ def main() -> None:
     try:
         report = write_report(results, out_dir, title=params["title"], latest_link=params["latest_link"])
     except OSError as exc:
-        module.fail_json(msg=f"could not write the report under {out_dir}: {exc}")
+        _fallback(module, results, out_dir, run_id, exc)
     report_warnings = report.pop("warnings")
     for warning in report_warnings:
         module.warn(warning)

@@ -199,9 +199,16 @@ def test_ctrl_c_stops_parallel_sweeps_at_once(tmp_path: Path) -> None:
         interrupted = time.monotonic()
         run = dep.finish(proc, timeout=60)
         assert run.rc != 0 and "User interrupted execution" in run.out, run.out[-3000:]
-        assert _wait_for(lambda: not any(client_pids(p) for p in ports), 5.0), [client_pids(p) for p in ports]
-        assert time.monotonic() - interrupted < 8.0
-        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") == 0 for u in urls), 5.0)
+        assert _wait_for(lambda: not any(client_pids(p) for p in ports), 30.0), [client_pids(p) for p in ports]
+        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") == 0 for u in urls), 30.0)
+        # stopped at once, in the servers' own terms (load slows the stop, it cannot make the
+        # servers finish requests that were never sent): far from the 400 requests a level would
+        # have run, and nothing more arrives; the wall bound only guards against a hang
+        done = [_metric(u, "num_requests_total") for u in urls]
+        assert all(n < 100 for n in done), done
+        time.sleep(1.0)
+        assert [_metric(u, "num_requests_total") for u in urls] == done
+        assert time.monotonic() - interrupted < 90.0
         # interrupted before any report (a level that had finished would have left its progress line)
         assert not list((tmp_path / "reports").glob("*/summary.md"))
     finally:
@@ -253,7 +260,7 @@ def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_leve
             assert line["output_tok_s"] > 0 and line["ttft_ms_p50"] > 0 and line["errors"] == 0
             assert line["time_base"] == "model"
         for c in (1, 2, 4):
-            assert f"sweep progress: localhost gpu0 (mtp) C={c}: " in text, text[-3000:]
+            assert f"sweep progress: localhost gpu0 (mtp) [modelled time] C={c}: " in text, text[-3000:]
         # the report: the server's view of each level, beside the client's figures
         summary = (reports / "watch" / "summary.md").read_text()
         assert "Server during each level" in summary

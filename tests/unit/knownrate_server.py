@@ -26,6 +26,12 @@ server: the ``die_after_requests``-th request gets its headers and first token c
 process exits at once (``os._exit``, as under SIGKILL): streams in flight break, and every later
 request finds nothing listening.
 
+What it served, in its own time: GET /_served lists every generation request since the last
+/_config in the order received, with its prompt, max_tokens, tokens sent and ``time.monotonic()``
+stamps: ``received`` (the handler's first line: after the client sent it), ``slot`` (its slot
+began), ``done`` (just before ``[DONE]`` is written: before the client can read the end). Tests
+compare the sweep's figures with these, which no load on the machine can make disagree.
+
 Run: ``python knownrate_server.py [--port 0] [--slots 4 ...]``: prints ``PORT <n>`` once
 listening. POST /_config with a JSON object of ServerConfig fields reconfigures it (and resets
 the counters); GET /_stats returns the counters.
@@ -114,6 +120,7 @@ class KnownRateServer:
         self.max_in_flight = 0
         self.generated = 0
         self.max_tokens_seen: dict[int, int] = {}
+        self.served: list[dict[str, Any]] = []
         old = getattr(self, "release_hang", None)
         if old is not None:
             old.set()
@@ -141,6 +148,9 @@ class KnownRateServer:
                 "max_tokens_seen": self.max_tokens_seen,
             }
         )
+
+    async def h_served(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.served)
 
     # -- info ----------------------------------------------------------------------------------
 
@@ -204,6 +214,7 @@ class KnownRateServer:
         return None
 
     async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
+        received = time.monotonic()
         body = await request.json()
         self.received += 1
         number = self.received
@@ -214,6 +225,10 @@ class KnownRateServer:
         else:
             max_tokens = int((body.get("sampling_params") or {}).get("max_new_tokens") or 128)
             include_usage = False
+        served: dict[str, Any] = {"prompt": body.get("prompt" if api == "openai" else "text"),
+                                  "max_tokens": max_tokens, "received": received, "slot": None,
+                                  "done": None, "tokens": 0}
+        self.served.append(served)
         self.max_tokens_seen[max_tokens] = self.max_tokens_seen.get(max_tokens, 0) + 1
         fault = self._fault(number)
         if cfg.fail_http_below_tokens and max_tokens < cfg.fail_http_below_tokens:
@@ -249,6 +264,7 @@ class KnownRateServer:
         try:
             async with self.slots:
                 t0 = loop.time()
+                served["slot"] = time.monotonic()
                 sent = 0
                 j = 0
                 while sent < stop_at:
@@ -286,6 +302,7 @@ class KnownRateServer:
                         os._exit(137)  # killed: no cleanup, every connection dropped
                     self.generated += upto - sent
                     sent = upto
+                    served["tokens"] = sent
                     j += 1
                 if api == "openai" and include_usage and fault != "stream":
                     usage = {
@@ -303,6 +320,7 @@ class KnownRateServer:
                         "usage": usage,
                     }
                     await resp.write(b"data: " + _dumps(final) + b"\n\n")
+                served["done"] = time.monotonic()  # before the end is written: the client reads it later
                 await resp.write(b"data: [DONE]\n\n")
                 self.completed += 1
         except (ConnectionError, RuntimeError):
@@ -363,6 +381,7 @@ def make_app(cfg: ServerConfig | None = None) -> web.Application:
     app.router.add_post("/generate", server.h_generate)
     app.router.add_post("/_config", server.h_config)
     app.router.add_get("/_stats", server.h_stats)
+    app.router.add_get("/_served", server.h_served)
     return app
 
 

@@ -271,7 +271,9 @@ def test_sigterm_ignoring_process_gets_sigkill(tmp_path: Path, groups: Groups) -
     assert result.changed and result.killed
     assert len(result.stopped_pids) == 2
     assert members(pid) == []
-    assert 0.5 <= time.monotonic() - begin < 5.0
+    # SIGKILL after stop_timeout: never before; the upper bound only guards against waiting on
+    # a process that ignores SIGTERM for ever (load cannot stretch 0.5 s to 60)
+    assert 0.5 <= time.monotonic() - begin < 60.0
 
 
 def _dead_pid() -> int:

@@ -64,10 +64,12 @@ def test_process_alive_zombie_and_reused_pid() -> None:
     assert it.process_alive(os.getpid(), "1") is False
 
 
-def _run_guarded(guard: it.Interrupts, seconds: float) -> tuple[str | None, float]:
-    """Run a task of ``seconds`` under ``guard``; (reason, seconds it took)."""
+def _run_guarded(guard: it.Interrupts, seconds: float) -> tuple[str | None, bool]:
+    """Run a task of ``seconds`` under ``guard``; (reason, whether the task was cut). "Cut" is
+    what "at once" means here, in terms load cannot move: the task ended by the guard's
+    cancellation, before its own end."""
 
-    async def main() -> str | None:
+    async def main() -> tuple[str | None, bool]:
         task = asyncio.ensure_future(asyncio.sleep(seconds))
         guard.start(task)
         try:
@@ -76,22 +78,20 @@ def _run_guarded(guard: it.Interrupts, seconds: float) -> tuple[str | None, floa
             pass
         finally:
             guard.close()
-        return guard.reason
+        return guard.reason, task.cancelled()
 
-    began = time.monotonic()
-    reason = asyncio.run(main())
-    return reason, time.monotonic() - began
+    return asyncio.run(main())
 
 
 def test_interrupts_cancel_when_the_watched_process_ends() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
     try:
-        reason, took = _run_guarded(it.Interrupts(watch_pid=child.pid, interval=0.05), 30.0)
+        reason, cut = _run_guarded(it.Interrupts(watch_pid=child.pid, interval=0.05), 30.0)
     finally:
         child.kill()
         child.wait(timeout=10)
     assert reason is not None and f"process {child.pid} (watch_pid) is gone" in reason
-    assert took < 5.0
+    assert cut  # the 30 s task was cancelled, not waited for
 
 
 def test_interrupts_cancel_when_the_reader_goes_away() -> None:
@@ -102,7 +102,7 @@ def test_interrupts_cancel_when_the_reader_goes_away() -> None:
         os.close(read_end)
         open_ends.discard(read_end)
 
-    async def main() -> str | None:
+    async def main() -> tuple[str | None, bool]:
         guard = it.Interrupts(output_fd=write_end, interval=0.05)
         task = asyncio.ensure_future(asyncio.sleep(30.0))
         guard.start(task)
@@ -113,22 +113,21 @@ def test_interrupts_cancel_when_the_reader_goes_away() -> None:
             pass
         finally:
             guard.close()
-        return guard.reason
+        return guard.reason, task.cancelled()
 
-    began = time.monotonic()
     try:
-        reason = asyncio.run(main())
+        reason, cut = asyncio.run(main())
     finally:
         for fd in open_ends:
             os.close(fd)
     assert reason is not None and "reader of its result went away" in reason
-    assert time.monotonic() - began < 5.0
+    assert cut  # the 30 s task was cancelled, not waited for
 
 
 def test_interrupts_cancel_on_a_signal_and_restore_the_handler() -> None:
     before = signal.getsignal(signal.SIGTERM)
 
-    async def main() -> str | None:
+    async def main() -> tuple[str | None, bool]:
         guard = it.Interrupts(signals=(signal.SIGTERM,))
         task = asyncio.ensure_future(asyncio.sleep(30.0))
         guard.start(task)
@@ -139,17 +138,15 @@ def test_interrupts_cancel_on_a_signal_and_restore_the_handler() -> None:
             pass
         finally:
             guard.close()
-        return guard.reason
+        return guard.reason, task.cancelled()
 
-    began = time.monotonic()
-    assert asyncio.run(main()) == "SIGTERM received"
-    assert time.monotonic() - began < 5.0
+    assert asyncio.run(main()) == ("SIGTERM received", True)  # the 30 s task cut, not waited for
     assert signal.getsignal(signal.SIGTERM) in (before, signal.SIG_DFL)
 
 
 def test_nothing_to_watch_changes_nothing() -> None:
-    reason, took = _run_guarded(it.Interrupts(), 0.05)
-    assert reason is None and took < 5.0
+    reason, cut = _run_guarded(it.Interrupts(), 0.05)
+    assert reason is None and not cut
     assert it.Interrupts().check() is None
 
 

@@ -325,7 +325,7 @@ def test_a_worker_that_never_answers_fails_with_the_routers_view(router: Router)
     start = time.monotonic()
     with pytest.raises(r.RouterError) as err:
         r.reconcile(client, [dead], "present", wait_healthy=True, timeout=3)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 60  # the 3 s timeout and the router's answers, never a hang
     msg = str(err.value)
     assert dead in msg and "never became healthy" in msg and "registration is processing" in msg
     assert f"{dead}/health" in msg

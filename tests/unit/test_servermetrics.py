@@ -135,7 +135,9 @@ def test_progress_record_append_and_describe(tmp_path: Path) -> None:
     assert [json.loads(line)["output_tok_s"] for line in lines] == [1000.0, 100000.0]
     assert path.stat().st_mode & 0o777 == 0o600
     text = _progress.describe(rec)
-    assert text.startswith("n1 gpu0 (mtp) C=8: 1000 tok/s, TTFT p50 200 ms, 1 errors, errors")
+    assert text.startswith("n1 gpu0 (mtp) [modelled time] C=8: 1000 tok/s, TTFT p50 200 ms, 1 errors, errors")
+    wall = _progress.record(point, {"host": "n1", "instance": "router"}, None)
+    assert _progress.describe(wall).startswith("n1 router [wall time] C=8: 100000 tok/s, TTFT p50 2 ms")
     assert "running max 4, queued max 4, accept length 2.9" in text
     link = tmp_path / "link.jsonl"
     link.symlink_to(tmp_path / "elsewhere")

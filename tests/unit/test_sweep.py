@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _report
+from ansible_collections.llmops.sglang.plugins.module_utils import _progress, _report
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep import summary as sw_summary
 from tests.procs import client_pids
@@ -393,42 +393,83 @@ def configure(base: str, **fields: Any) -> krs.ServerConfig:
 RATE_CFG = {"slots": 4, "rate": 400.0, "prefill_s": 0.05}
 RATE_T = 100
 RATE_LEVELS = [1, 3, 4, 8]  # 3: a partial last wave; 8: twice the slots (queueing)
+ROUNDING_S = 3e-4  # the records' and duration_s's rounding (1e-4 s each)
+
+
+def served(base: str) -> list[dict[str, Any]]:
+    """What the known-rate server served since its last /_config, in its own time (monotonic)."""
+    with urllib.request.urlopen(base + "/_served", timeout=5) as resp:
+        return json.loads(resp.read())
 
 
 @pytest.mark.parametrize(("api", "chunk_tokens"), [("openai", 1), ("openai", 3), ("native", 3)])
 def test_throughput_matches_the_analytic_rate(server: str, api: str, chunk_tokens: int) -> None:
+    """The sweep's figures against what the server did, in the server's own timestamps: load on
+    the machine slows both alike and cannot make them disagree (issue 16: this test asserted the
+    analytic rate within 3% and failed on a loaded 2-core machine, 1268 vs 1333 tok/s; that
+    accuracy is now a benchmark, tools/bench/sweep_accuracy.py, docs/PERFORMANCE.md).
+
+    Per level: the counts are exact; every request took the client at least as long as the
+    server held it (sent before it arrived, ended after it was done), and the difference is that
+    request's own overhead (sending, reading: what load moves); the sweep's window holds the
+    server's and exceeds it by at most the overheads of its first and last request. So the
+    measured rate lies between the rate the server delivered over its own window and that rate
+    over the window stretched by those two overheads, whatever the load. The server never runs
+    ahead of its schedule, so its window is at least the analytic one, and a request's first
+    token never comes before P + M/R."""
     cfg = configure(server, chunk_tokens=chunk_tokens, **RATE_CFG)
-    facts = sw.run_sweep(sw.SweepOptions(url=server, api=api, concurrency=RATE_LEVELS, max_tokens=RATE_T))
+    counts = {c: max(2 * c, 8) for c in RATE_LEVELS}
+    prompts = [f"known-rate request {i}" for i in range(max(counts.values()))]  # a request's prompt names it
+    facts = sw.run_sweep(sw.SweepOptions(url=server, api=api, concurrency=RATE_LEVELS, max_tokens=RATE_T,
+                                         prompts=prompts, warmup=0, level_warmup=False))
     assert [p["concurrency"] for p in facts["points"]] == RATE_LEVELS
+    rows = served(server)  # in the order the server received them: level after level
+    assert len(rows) == sum(counts.values()) == len(facts["records"])
+    offset = 0
     for point in facts["points"]:
-        c = point["concurrency"]
-        n = max(2 * c, 8)
+        c, n = point["concurrency"], counts[point["concurrency"]]
+        level_rows, offset = rows[offset:offset + n], offset + n
         assert point["requests"] == n and point["ok"] == n and point["errors"]["total"] == 0
-        assert point["output_tokens"] == n * RATE_T  # the server's count, whatever M is
-        expected = krs.expected_output_tok_s(cfg, c, n, RATE_T)
-        assert point["output_tok_s"] == pytest.approx(expected, rel=0.03), (api, chunk_tokens, point)
-        steady = krs.expected_steady_tok_s(cfg, c, RATE_T)
-        assert point["steady_output_tok_s"] == pytest.approx(steady, rel=0.05), (api, chunk_tokens, point)
-        # per-token ITL is 1/R whatever the chunking (a per-chunk ITL would read M/R)
-        assert point["itl_ms"]["mean"] == pytest.approx(1000.0 / cfg.rate, rel=0.1)
+        assert point["output_tokens"] == n * RATE_T == sum(r["tokens"] for r in level_rows)  # whatever M is
+        by_prompt = {r["prompt"]: r for r in level_rows}
+        assert sorted(by_prompt) == sorted(prompts[:n]), c  # this level's own requests, each once
+        records = [r for r in facts["records"] if r["concurrency"] == c]
+        overhead = {}
+        for rec in records:
+            row = by_prompt[prompts[rec["index"]]]
+            held = row["done"] - row["received"]
+            assert rec["e2e_s"] >= held - ROUNDING_S, (c, rec, row)
+            overhead[rec["index"]] = rec["e2e_s"] - held
+        first = min(records, key=lambda r: r["start_s"])
+        last = max(records, key=lambda r: r["end_s"])
+        assert point["duration_s"] == pytest.approx(last["end_s"] - first["start_s"], abs=ROUNDING_S)
+        server_s = max(r["done"] for r in level_rows) - min(r["received"] for r in level_rows)
+        slack = overhead[first["index"]] + overhead[last["index"]]
+        assert server_s - ROUNDING_S <= point["duration_s"] <= server_s + slack + 2 * ROUNDING_S, (c, server_s, slack)
+        delivered = n * RATE_T / server_s  # tok/s over the server's own window
+        assert delivered * server_s / (server_s + slack + 2 * ROUNDING_S) <= point["output_tok_s"], (c, delivered)
+        assert point["output_tok_s"] <= delivered * server_s / (server_s - ROUNDING_S), (c, delivered)
+        analytic_s = n * RATE_T / krs.expected_output_tok_s(cfg, c, n, RATE_T)
+        assert server_s >= analytic_s * 0.999, (c, server_s, analytic_s)  # late under load, never early
+        assert max(sum(1 for r in level_rows if r["slot"] <= row["slot"] < r["done"]) for row in level_rows) \
+            <= min(c, cfg.slots)
         ttft_floor = (cfg.prefill_s + chunk_tokens / cfg.rate) * 1000.0
         assert point["ttft_ms"]["p50"] >= ttft_floor * 0.97
     assert facts["server"]["max_running_requests"] == 4
-    assert facts["peak"]["concurrency"] in (4, 8)
-    assert facts["knee"]["concurrency"] == 4
-    assert len(facts["records"]) == sum(max(2 * c, 8) for c in RATE_LEVELS)
 
 
 @pytest.mark.parametrize("api", ["openai", "native"])
 def test_ttft_is_stamped_at_an_empty_text_token_chunk(server: str, api: str) -> None:
-    # first token at P + 1/R = 40 ms with text ""; first non-empty text only at P + 5/R = 120 ms
-    configure(server, rate=50.0, prefill_s=0.02, chunk_tokens=1, empty_text_chunks=4)
+    # first token at P + 1/R = 0.22 s with text ""; first non-empty text only at P + 5/R = 1.02 s:
+    # 0.8 s apart, so that a loaded machine's delays cannot blur the two (they were 80 ms apart
+    # with an upper bound of 90 ms); the floor holds whatever the load
+    configure(server, rate=5.0, prefill_s=0.02, chunk_tokens=1, empty_text_chunks=4)
     facts = sw.run_sweep(
-        sw.SweepOptions(url=server, api=api, concurrency=[1], requests=2, warmup=0, max_tokens=8)
+        sw.SweepOptions(url=server, api=api, concurrency=[1], requests=2, warmup=0, max_tokens=6, level_warmup=False)
     )
     point = facts["points"][0]
     assert point["ok"] == 2
-    assert 35.0 <= point["ttft_ms"]["p50"] <= 90.0, point["ttft_ms"]
+    assert 0.97 * 220.0 <= point["ttft_ms"]["p50"] < 1020.0, point["ttft_ms"]
 
 
 def test_http_500_stream_errors_and_short_outputs_are_counted(server: str) -> None:
@@ -460,10 +501,11 @@ def test_a_hung_server_ends_the_level_at_level_timeout(server: str) -> None:
         )
     )
     elapsed = time.monotonic() - began
-    assert elapsed < 3.0
+    # cut by the limits, not by the 30 s requests (a bound load cannot reach: the cut is at 1.2 s)
+    assert elapsed < 25.0
     first, second = facts["points"]
     assert first["level_timed_out"] and first["errors"]["timeout"] == 1 and first["ok"] == 0
-    assert 0.55 <= first["duration_s"] <= 0.9
+    assert 0.55 <= first["duration_s"] < 25.0
     assert second["errors"]["timeout"] == 2  # cut by sweep_timeout
     assert facts["stopped_on_timeout"] is True
     assert facts["peak"] is None and facts["knee"] is None
@@ -476,7 +518,7 @@ def test_request_timeout_and_connection_errors(server: str) -> None:
     )
     point = facts["points"][0]
     assert point["errors"]["timeout"] == 2 and not point["level_timed_out"]
-    assert point["duration_s"] < 1.0
+    assert 0.3 <= point["duration_s"] < 25.0  # the 0.3 s request timeout, not the 30 s hang
     # nothing listening: every request is a connection error, the sweep still returns
     facts = sw.run_sweep(
         sw.SweepOptions(url="http://127.0.0.1:9", model="m", concurrency=[2], requests=3, warmup=1)
@@ -492,11 +534,13 @@ def test_stop_on_plateau_and_legacy_server_info(server: str, monkeypatch: pytest
     # loaded 2-core CI machine a scheduling hiccup could mark a level client-limited, and such
     # a level never triggers the stop.
     monkeypatch.setattr(sw_summary, "client_limited", lambda lag, cpu: False)
+    # gains of ~100% (1 -> 2) and ~0% (2 -> 4, 2 slots) against a threshold of 30%: a loaded
+    # machine's noise moves a rate by a few percent, not by 30 (it did, against 5%)
     configure(server, slots=2, rate=500.0, prefill_s=0.02, chunk_tokens=2,
               legacy_server_info=True, spec_accept_length=2.5)
     facts = sw.run_sweep(
         sw.SweepOptions(url=server, api="native", concurrency=[1, 2, 4, 8], max_tokens=60,
-                        stop_on_plateau=True, plateau_gain=0.05)
+                        stop_on_plateau=True, plateau_gain=0.3)
     )
     assert [p["concurrency"] for p in facts["points"]] == [1, 2, 4]  # 2 -> 4 adds nothing: stop
     assert facts["stopped_on_plateau"] is True
@@ -545,7 +589,9 @@ def test_a_server_killed_mid_sweep_marks_its_levels_and_peaks_on_good_ones() -> 
     assert four["client_limited"] is False and eight["client_limited"] is False
     assert four["gain_per_doubling"] is None and eight["gain_per_doubling"] is None
     # peak and knee from the good level only
-    assert facts["peak"] == {"concurrency": 1, "output_tok_s": one["output_tok_s"], "client_limited": False}
+    # (client_limited is the good level's own health verdict, which a loaded machine may give)
+    assert facts["peak"] == {"concurrency": 1, "output_tok_s": one["output_tok_s"],
+                             "client_limited": one["client_limited"]}
     assert facts["knee"]["concurrency"] == 1
     assert facts["levels_with_errors"] == [4, 8]
     warning = next(w for w in facts["warnings"] if w.startswith("requests failed at"))
@@ -553,7 +599,10 @@ def test_a_server_killed_mid_sweep_marks_its_levels_and_peaks_on_good_ones() -> 
     assert "C=1:" not in warning and "left out of peak, knee and plateau" in warning
     # and the report says so
     table = _report.render_table(facts)
-    assert "| 4! |" in table and "| 8! |" in table and "| 1 |" in table
+    # the C cell of each row: "!" marks failed requests ("*" a client-limited level and "~" a
+    # drifted one may join it on a loaded machine: those are the level's own verdicts)
+    marks = {re.match(r"\d+", cell).group(): cell for cell in (parse_cells(row)[0] for row in table.splitlines()[2:])}
+    assert "!" in marks["4"] and "!" in marks["8"] and "!" not in marks["1"], table
     assert "levels with failed requests (marked !" in _report.render_findings(facts)
 
 
@@ -635,9 +684,10 @@ def test_a_sweep_stops_at_once_when_its_reader_or_its_watched_process_is_gone(se
     finally:
         closer.join()
         os.close(write_end)
-    assert time.monotonic() - began < 3.0
+    # stopped at once: every request (100 s each) was cut, none ran to its end, whatever the load
+    assert _stats(server)["completed"] == 0 and time.monotonic() - began < 90.0
     assert "during C=4; levels finished: none" in str(info.value)
-    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)  # the server saw its clients leave
+    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)  # the server saw its clients leave
 
     configure(server, **SLOW_CFG)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
@@ -648,9 +698,9 @@ def test_a_sweep_stops_at_once_when_its_reader_or_its_watched_process_is_gone(se
     finally:
         sleeper.kill()
         sleeper.wait(timeout=10)
-    assert time.monotonic() - began < 4.0
+    assert _stats(server)["completed"] == 0 and time.monotonic() - began < 90.0  # cut, not waited for
     assert _stats(server)["received"] == 4
-    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+    assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
 
 
 def test_a_sweep_stops_when_its_heartbeat_goes_stale_and_removes_the_file(server: str, tmp_path: Path) -> None:
@@ -665,8 +715,8 @@ def test_a_sweep_stops_when_its_heartbeat_goes_stale_and_removes_the_file(server
             sw.run_sweep(sw.SweepOptions(url=server, heartbeat_file=str(beat), heartbeat_timeout=0.5, **SLOW_OPTIONS))
         assert "during C=4; levels finished: none" in str(info.value)
         assert not beat.exists()
-        assert _stats(server)["received"] == 4
-        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+        assert _stats(server)["received"] == 4 and _stats(server)["completed"] == 0
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
     finally:
         _kill_clients(server)
 
@@ -686,9 +736,11 @@ def test_sigint_stops_the_module_and_its_requests(server: str) -> None:
         os.killpg(proc.pid, signal.SIGINT)
         stopped = time.monotonic()
         proc.communicate(timeout=30)
-        assert _wait_for(lambda: not client_pids(_port(server)), 3.0), client_pids(_port(server))
-        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
-        assert time.monotonic() - stopped < 6.0
+        assert _wait_for(lambda: not client_pids(_port(server)), 30.0), client_pids(_port(server))
+        assert _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
+        # stopped at once: none of the 100 s requests ran to its end (a bound in the server's
+        # own terms: load slows the stop, it cannot make a cut request complete)
+        assert _stats(server)["completed"] == 0 and time.monotonic() - stopped < 90.0
         assert _stats(server)["received"] == 64  # nothing sent after the interrupt
     finally:
         if proc.poll() is None:
@@ -729,17 +781,17 @@ def test_an_async_sweep_stops_with_the_process_it_watches(server: str, tmp_path:
         sleeper.kill()
         sleeper.wait(timeout=10)
         gone = time.monotonic()
-        assert _wait_for(lambda: not client_pids(_port(server)), 3.0), client_pids(_port(server))
-        assert time.monotonic() - gone < 3.0
-        assert "(watch_pid) is gone" in job_result(started, 10.0)["msg"]
+        assert _wait_for(lambda: not client_pids(_port(server)), 30.0), client_pids(_port(server))
+        assert _stats(server)["completed"] == 0 and time.monotonic() - gone < 90.0  # cut, not run out
+        assert "(watch_pid) is gone" in job_result(started, 30.0)["msg"]
 
         configure(server, **SLOW_CFG)
         started = start("{{ lookup('llmops.sglang.controller_pid') }}")
         ended = time.monotonic()  # the ansible command that started the job is over
-        result = job_result(started, 15.0)  # the job's own start-up (AnsiballZ) included
+        result = job_result(started, 60.0)  # the job's own start-up (AnsiballZ) included
         assert result.get("failed") is True and "(watch_pid) is gone" in result["msg"], result
-        assert time.monotonic() - ended < 15.0
-        assert not client_pids(_port(server)) and _wait_for(lambda: _stats(server)["in_flight"] == 0, 3.0)
+        assert _stats(server)["completed"] == 0 and time.monotonic() - ended < 90.0  # cut, not run out
+        assert not client_pids(_port(server)) and _wait_for(lambda: _stats(server)["in_flight"] == 0, 30.0)
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
@@ -877,8 +929,10 @@ def test_drift_compares_the_two_halves_of_the_window() -> None:
 
 
 def test_a_level_whose_server_slows_down_is_flagged(server: str) -> None:
-    # requests 1-4 at 1000 tok/s, 5-8 at 500 tok/s: the second half of the level is slower
-    configure(server, rate=1000.0, prefill_s=0.01, slots=4, slow_after=4, slow_factor=0.5)
+    # requests 1-4 at 1000 tok/s, 5-8 at 250 tok/s: the second half of the level is ~4x slower
+    # (0.11 s against 0.41 s a request), so that the client's own delays on a loaded machine,
+    # added to both halves, cannot lift the ratio above the 0.85 asserted (at 2x they did)
+    configure(server, rate=1000.0, prefill_s=0.01, slots=4, slow_after=4, slow_factor=0.25)
     facts = sw.run_sweep(
         sw.SweepOptions(url=server, concurrency=[1], requests=8, warmup=0, level_warmup=False, max_tokens=100)
     )
@@ -954,7 +1008,7 @@ def test_level_warmup_on_a_hung_server_ends_at_level_timeout(server: str) -> Non
         sw.SweepOptions(url=server, concurrency=[2], requests=2, warmup=0, max_tokens=10,
                         timeout=30.0, level_timeout=0.5, sweep_timeout=5.0)
     )
-    assert time.monotonic() - began < 3.0
+    assert time.monotonic() - began < 25.0  # the level limits, not the 30 s requests
     point = facts["points"][0]
     assert point["level_warmup"]["timed_out"] and point["level_warmup"]["errors"]["timeout"] == 2
     assert point["level_timed_out"] and point["errors"]["timeout"] == 2
@@ -1283,4 +1337,23 @@ def test_time_scale_for_a_server_that_reports_none_and_the_records_origin(server
     assert scaled["options"]["time_scale"] == 0.5
     point = scaled["points"][0]
     assert point["output_tok_s"] == pytest.approx(point["wall"]["output_tok_s"] * 0.5, rel=1e-3)
-    assert scaled["records"][0]["e2e_s"] > 1.5 * wall["records"][0]["e2e_s"]  # in modelled seconds
+    # the records in modelled seconds: their busy time x the scale is the level's wall busy time
+    # (achieved concurrency x wall duration), within one run, so load cannot move it
+    busy = sum(r["e2e_s"] for r in scaled["records"])
+    assert busy * 0.5 == pytest.approx(point["achieved_concurrency"] * point["wall"]["duration_s"], rel=0.01)
+
+
+def test_progress_lines_of_a_router_are_in_the_time_base_of_its_result(server: str) -> None:
+    """Issue 16 #8: a router reports no time scale, so its progress lines stayed in wall time
+    while its result (time_scale from the workers) and the workers' lines were in modelled time,
+    10x apart at the demo's scale and unlabelled. Each line now has the result's time base, and
+    says which it is."""
+    configure(server, rate=2000.0, prefill_s=0.01, slots=8)
+    lines: list[dict[str, Any]] = []
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[2], requests=4, warmup=0, level_warmup=False,
+                                         max_tokens=40, time_scale=0.1),
+                         on_level=lambda point, scale: lines.append(_progress.record(point, {"instance": "router"},
+                                                                                     scale)))
+    assert facts["time_base"] == "model" and [line["time_base"] for line in lines] == ["model"]
+    assert lines[0]["output_tok_s"] == pytest.approx(facts["points"][0]["output_tok_s"], rel=1e-3)
+    assert _progress.describe(lines[0]).startswith("router [modelled time] C=2: ")

@@ -374,7 +374,9 @@ def test_a_level_timeout_cuts_every_process_and_counts_its_requests(slow: str) -
     began = time.monotonic()
     facts = sw.run_sweep(sw.SweepOptions(url=slow, concurrency=[6], max_tokens=1000, warmup=0, level_warmup=False,
                                          level_timeout=1.5, client_processes=2))
-    assert time.monotonic() - began < 30.0  # bounded: the level's limit plus start-up and teardown
+    # cut by the level's 1.5 s limit: none of the 100 s requests ran to its end (in the server's
+    # own terms, which load cannot move); the wall bound only guards against a hang
+    assert _stats(slow)["completed"] == 0 and time.monotonic() - began < 90.0
     point = facts["points"][0]
     assert point["level_timed_out"] is True and point["client_processes"] == 2
     assert point["errors"]["timeout"] == point["requests"] == 6 and point["status"] == "no_requests_ok"

@@ -423,7 +423,8 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_
     """Run the sweep; returns the ``sglang_sweep`` fact (schema_version 1).
 
     ``on_level(point, time_scale)`` is called with each level as it finishes (the point as
-    measured, in wall-clock time; ``time_scale`` from /server_info, None on a real server):
+    measured, in wall-clock time; ``time_scale`` from /server_info, else ``options.time_scale``,
+    None on a real server):
     the module's progress lines. An exception there stops the sweep.
 
     It stops at once, raising SweepInterrupted, on one of ``signals``, when the reader of
@@ -446,7 +447,8 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_
             sweep = _SweepRun(opts, session)
             if on_level is not None:
                 run = sweep
-                sweep.on_level = lambda point: on_level(point, run.before.get("time_scale"))
+                # the same scale the result is converted with (a router reports none: the option's)
+                sweep.on_level = lambda point: on_level(point, run.before.get("time_scale") or run.opts.time_scale)
             try:
                 await sweep.run()
             finally:

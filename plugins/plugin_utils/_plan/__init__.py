@@ -10,7 +10,8 @@
   Mamba strategy, HiCache);
 - ``hicache``: the HiCache host-pool size from the host's memory;
 - ``instances``: each instance built by small functions (ports, argv, env, paths, URLs);
-- ``validate``: every argv checked against the release's flag schema.
+- ``validate``: every argv checked against the release's flag schema;
+- ``modelconfig``: the model's config.json (as the host read it) parsed, or a message naming it.
 
 Pure functions: the only I/O is loading the collection's data files. See docs/planning.md.
 """
@@ -19,6 +20,10 @@ from __future__ import annotations
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import GB, GIB, PlanError
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.hicache import hicache_plan, pin_seconds
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.instances import Instance, instance_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import (
+    load_model_config,
+    load_slurped_config,
+)
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import (
     load_profiles,
     resolve_profile,
@@ -28,5 +33,5 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.validate impor
 
 __all__ = [
     "GB", "GIB", "OWNED_FLAGS", "Instance", "PlanError", "PlanRequest", "hicache_plan", "instance_plan",
-    "load_profiles", "pin_seconds", "resolve_profile", "validate_plan",
+    "load_model_config", "load_profiles", "load_slurped_config", "pin_seconds", "resolve_profile", "validate_plan",
 ]

@@ -40,6 +40,7 @@ ROLE_VARIABLE = {
 TRUE_WORDS = ("true", "yes", "on", "1", "y", "t")
 FALSE_WORDS = ("false", "no", "off", "0", "n", "f", "")
 AUTO = (None, "", 0, "0")
+AUTO_WORDS = ("", "0", "null", "none", "~")  # the same from -e key=value, which gives strings
 
 # Flags the plan owns: set through a parameter, never through extra_args.
 OWNED_FLAGS: dict[str, str] = {
@@ -231,9 +232,9 @@ class _Checker:
         return number
 
     def auto_integer(self, key: str, low: int, auto: str, high: int | None = None) -> int | None:
-        """An integer where 0 (in any form: 0, "0", "", null) means automatic."""
+        """An integer where 0 (in any form: 0, "0", "", null, and -e's "null") means automatic."""
         value = self.kwargs.get(key)
-        if value in AUTO or (isinstance(value, str) and value.strip() in ("", "0")):
+        if value in AUTO or (isinstance(value, str) and value.strip().lower() in AUTO_WORDS):
             return None
         number = self._int(key, value)
         if number is None:
