@@ -95,9 +95,20 @@ def vars_targets(class_hosts: Sequence[str], groups: Mapping[str, Sequence[str]]
     return {"files": [f"host_vars/{h}/tuned.yml" for h in sorted(class_hosts)], "moves": moves}
 
 
+def other_places(class_hosts: Sequence[str], groups: Mapping[str, Sequence[str]], class_group: str = "") -> list[str]:
+    """Every place a tuned.yml of this class can be in, whatever the layout: each host's
+    host_vars folder and the folder of the group that is exactly the class (an earlier run, or
+    another layout, may have written one there; it stays in force until removed)."""
+    want = set(class_hosts)
+    exact = [class_group] if class_group else sorted(
+        g for g, members in groups.items()
+        if g not in ("all", "ungrouped") and not g.startswith(CLASS_PREFIX) and set(members) == want)
+    return [f"group_vars/{g}/tuned.yml" for g in exact] + [f"host_vars/{h}/tuned.yml" for h in sorted(class_hosts)]
+
+
 def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, Sequence[str]],
             class_groups: Sequence[str] = (), vars_dir: str = "") -> dict[str, dict[str, Any]]:
-    """{class: {hosts, representative, group, vars_files, vars_moves}}. With ``class_groups`` each of those
+    """{class: {hosts, representative, group, vars_files, vars_moves, vars_others}}. With ``class_groups`` each of those
     inventory groups is a class (a host in none of them, or in two, is an error); without, hosts
     with equal GPU facts (``facts``: each host's sglang_host fact) form one. The representative
     is the class's first host in inventory order."""
@@ -126,6 +137,8 @@ def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups
         entry["representative"] = entry["hosts"][0]
         targets = vars_targets(entry["hosts"], groups, entry["group"], exists, is_link)
         entry["vars_files"], entry["vars_moves"] = targets["files"], targets["moves"]
+        entry["vars_others"] = [f for f in other_places(entry["hosts"], groups, entry["group"])
+                                if f not in targets["files"]]
     return out
 
 
@@ -494,43 +507,68 @@ def earlier(text: str | None) -> str:
 
 
 def writeback_plan(files: Sequence[str], moves: Sequence[Mapping[str, str]], has_winner: bool, write: bool = True,
-                   without_winner: str = "keep", read: Callable[[str], str | None] = lambda _: None) -> dict[str, Any]:
+                   without_winner: str = "keep", read: Callable[[str], str | None] = lambda _: None,
+                   others: Sequence[str] = ()) -> dict[str, Any]:
     """What happens to a class's vars files, decided before anything is written, and said in
     words (the play and tune.md print ``lines``). ``read`` gives an existing file's text (None:
-    absent). With a winner: ``moves`` first (a host's vars file into its folder), then ``write``
-    every file. Without one, nothing is written and an earlier file stays in force (``keep``, the
-    default, said loudly) or is removed (``remove``; only files tune.yml generated: a file of
-    yours is always kept)."""
+    absent); ``others`` are the class's other places for a tuned.yml (another layout's: the
+    hosts' host_vars, the group's group_vars), where an earlier run may have left one.
+    With a winner: ``moves`` first (a host's vars file into its folder), then ``write`` every
+    file, and an earlier tune.yml file in ``others`` is removed (it would override or shadow the
+    new one). Without one, nothing is written or moved and each earlier file stays in force
+    (``keep``, the default, said loudly) or is removed (``remove``). A file tune.yml did not
+    generate is never removed."""
     if without_winner not in WITHOUT_WINNER:
         raise TuneError(f"sglang_tune_without_winner: {without_winner!r} must be one of {', '.join(WITHOUT_WINNER)} "
                         f"(what happens to an earlier tuned vars file when no candidate wins)")
     actions: list[dict[str, str]] = []
     lines: list[str] = []
-    if has_winner and write:
+    writing = has_winner and write
+    why = "no winner" if write else "sglang_tune_write_vars: false"
+    if writing:
         lines += [f"Moved `{m['src']}` unchanged to `{m['dest']}`: Ansible reads a host's vars file or its folder, "
                   "never both, so the folder now holds your file and the tuned one (both are read)." for m in moves]
-        for rel in files:
-            before = earlier(read(rel))
+    for rel in files:
+        before = earlier(read(rel))
+        if writing:
             actions.append({"file": rel, "action": "write", "before": before})
             lines.append(f"Written: `{rel}`" + (f" (replaced the file of {before})" if before else " (new)")
                          + "; review and commit it, deploy.yml reads it.")
-        return {"actions": actions, "moves": list(moves), "lines": lines, "written": list(files)}
-    why = "no winner" if write else "sglang_tune_write_vars: false"
-    for rel in files:
-        before = earlier(read(rel))
-        if not before:
+        elif not before:
             actions.append({"file": rel, "action": "none", "before": ""})
             lines.append(f"Not written: `{rel}` ({why}); there is no earlier file, deploy.yml deploys your own settings.")
-        elif has_winner or without_winner == "keep" or not before.startswith("run "):
-            actions.append({"file": rel, "action": "keep", "before": before})
-            lines.append(f"Not written: `{rel}` ({why}). KEPT: the earlier file ({before}) is still there and "
-                         "deploy.yml still deploys it" + ("" if has_winner or not before.startswith("run ") else
-                                                           "; -e sglang_tune_without_winner=remove removes it") + ".")
         else:
+            actions.append(_earlier_action(rel, before, why, has_winner, without_winner, lines))
+    for rel in others:
+        before = earlier(read(rel))
+        if not before:
+            continue
+        if writing and before.startswith("run "):
             actions.append({"file": rel, "action": "remove", "before": before})
-            lines.append(f"Removed: `{rel}` ({before}; {why}, sglang_tune_without_winner: remove): deploy.yml deploys "
-                         "your own settings again.")
-    return {"actions": actions, "moves": [], "lines": lines, "written": []}
+            lines.append(f"Removed: `{rel}` ({before}), an earlier result in another place, which would otherwise "
+                         "override or shadow the new one.")
+        elif writing:
+            actions.append({"file": rel, "action": "keep", "before": before})
+            lines.append(f"Kept: `{rel}` ({before}); it may override the new file: check it.")
+        else:
+            actions.append(_earlier_action(rel, before, why, has_winner, without_winner, lines))
+    return {"actions": actions, "moves": list(moves) if writing else [], "lines": lines,
+            "written": [a["file"] for a in actions if a["action"] == "write"]}
+
+
+def _earlier_action(rel: str, before: str, why: str, has_winner: bool, without_winner: str,
+                    lines: list[str]) -> dict[str, str]:
+    """Nothing is written: an earlier file is kept (loudly) or, asked to and when tune.yml wrote
+    it, removed."""
+    mine = before.startswith("run ")
+    if mine and not has_winner and without_winner == "remove":
+        lines.append(f"Removed: `{rel}` ({before}; {why}, sglang_tune_without_winner: remove): deploy.yml deploys "
+                     "your own settings again.")
+        return {"file": rel, "action": "remove", "before": before}
+    lines.append(f"Not written: `{rel}` ({why}). KEPT: the earlier file ({before}) is still there and deploy.yml "
+                 "still deploys it" + ("; -e sglang_tune_without_winner=remove removes it" if mine and not has_winner
+                                       else "") + ".")
+    return {"file": rel, "action": "keep", "before": before}
 
 
 # ---- the report ----
@@ -643,7 +681,8 @@ def outcome(results: Sequence[Mapping[str, Any]], objective: Mapping[str, Any], 
     message that fails the play (each candidate's reason, what became of the vars files)."""
     choice = choose(results, objective)
     plan = writeback_plan(info.get("vars_files") or [], info.get("vars_moves") or [], choice.get("winner") is not None,
-                          bool(info.get("write", True)), str(info.get("without_winner") or "keep"), read)
+                          bool(info.get("write", True)), str(info.get("without_winner") or "keep"), read,
+                          info.get("vars_others") or [])
     info = dict(info, writeback=plan)
     fact = tuned_fact(choice, str(info.get("class")), str(info.get("representative")), str(info.get("run_id")), objective)
     win = choice.get("winner")

@@ -321,3 +321,22 @@ def test_no_winner_outcome_has_the_failure_message_and_tune_md_never_claims_a_wr
     assert "KEPT: the earlier file (run old (candidate mtp))" in out["failure"]
     assert "Winner: none: no candidate met the SLO." in out["markdown"] and "Written" not in out["markdown"]
     assert "The fact `sglang_tuned` is null (no winner)." in out["markdown"]
+
+
+def test_an_earlier_result_in_another_layouts_place_is_removed_with_a_winner_and_kept_without() -> None:
+    # the group's folder is the target now; an earlier run wrote the host's (it would beat the group's)
+    groups = {"all": ["h"], "sglang_servers": ["h"]}
+    got = _tune.classes(["h"], {}, groups)["nogpu"]
+    assert got["vars_files"] == ["group_vars/sglang_servers/tuned.yml"]
+    assert got["vars_others"] == ["host_vars/h/tuned.yml"]
+    there = {"host_vars/h/tuned.yml": OLD}
+    won = _tune.writeback_plan(got["vars_files"], [], True, read=there.get, others=got["vars_others"])
+    assert [(a["file"], a["action"]) for a in won["actions"]] == [("group_vars/sglang_servers/tuned.yml", "write"),
+                                                                   ("host_vars/h/tuned.yml", "remove")]
+    assert "an earlier result in another place, which would otherwise override or shadow the new one" in won["lines"][1]
+    lost = _tune.writeback_plan(got["vars_files"], [], False, read=there.get, others=got["vars_others"])
+    assert [a["action"] for a in lost["actions"]] == ["none", "keep"]
+    assert "KEPT: the earlier file (run old (candidate mtp))" in lost["lines"][1]
+    mine = _tune.writeback_plan(got["vars_files"], [], True, read={"host_vars/h/tuned.yml": "profile: x\n"}.get,
+                                others=got["vars_others"])
+    assert mine["actions"][1]["action"] == "keep" and "it may override the new file" in mine["lines"][1]
