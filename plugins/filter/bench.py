@@ -49,12 +49,14 @@ def _report_items(sweeps: dict[str, Any], manifest: dict[str, Any], host: str) -
 
 
 def _router_report_items(sweeps: list[dict[str, Any]], host: str, url: str,
-                         workers: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                         workers: list[dict[str, Any]] | None = None,
+                         down: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A router's sweeps (sglang_sweep facts) -> [{meta, sweep}] items for sweep_report, the
-    meta marking them as a router's (``_fleet.router_meta``) next to the workers' items."""
+    meta marking them as a router's (``_fleet.router_meta``) next to the workers' items, with
+    the workers that were down (not swept)."""
     if not isinstance(sweeps, list):
         raise AnsibleFilterError(f"router_report_items: expected a list of sweeps, got {type(sweeps).__name__}")
-    meta = _fleet.router_meta(str(host), str(url), workers or [])
+    meta = _fleet.router_meta(str(host), str(url), workers or [], down or [])
     return [{"meta": dict(meta), "sweep": sweep} for sweep in sweeps]
 
 

@@ -3,6 +3,7 @@
 """Filters of the tune role: thin shells over plugin_utils/_tune.py (the search's logic)."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,21 @@ def _tune_result(candidate: dict[str, Any], slo: dict[str, Any], plateau_gain: f
     return _tune.result(candidate, slo, float(plateau_gain), probe or None, rest or None, decision, error)
 
 
+def _tune_outcome(results: list[dict[str, Any]], objective: dict[str, Any], info: dict[str, Any],
+                  extra_args: Any = None, generated: str = "") -> dict[str, Any]:
+    """A class's outcome; info's vars_dir is where the vars files are read (what is there before)."""
+    vars_dir = str(info.get("vars_dir") or "")
+
+    def read(rel: str) -> str | None:
+        path = os.path.join(vars_dir, rel)
+        if not vars_dir or not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+
+    return _tune.outcome(results, objective, info, extra_args, generated, read)
+
+
 class FilterModule:
     """Tune filters."""
 
@@ -57,6 +73,6 @@ class FilterModule:
         funcs: dict[str, Callable[..., Any]] = {
             "tune_slo": _tune_slo, "tune_classes": _tune_classes, "tune_candidates": _tune.candidates,
             "tune_candidate_vars": _tune.candidate_vars, "tune_decide": _tune_decide, "tune_result": _tune_result,
-            "tune_outcome": _tune.outcome, "tune_report_files": _tune.report_files,
+            "tune_outcome": _tune_outcome, "tune_report_files": _tune.report_files,
         }
         return {name: _wrap(name, func) for name, func in funcs.items()}

@@ -60,15 +60,35 @@ def has_router(items: Sequence[dict[str, Any]]) -> bool:
     return any(is_router(i) for i in items)
 
 
-def router_meta(host: str, url: str, workers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def router_meta(host: str, url: str, workers: Sequence[dict[str, Any]],
+                down: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """A router sweep's report meta. Profile and release are the workers' when they agree (a
-    router has none of its own; a different one would start a profile comparison)."""
+    router has none of its own; a different one would start a profile comparison).
+    ``workers_down``: the workers that were down when the bench began (server_status with
+    probe: host, name, url, health, process), not swept, reported as down beside the others."""
     def agreed(key: str) -> Any:
         values = {str((w.get("meta") or {}).get(key)) for w in workers if (w.get("meta") or {}).get(key)}
         return values.pop() if len(values) == 1 else None
 
+    gone = [{"host": d.get("host"), "instance": d.get("name") or d.get("instance"), "url": d.get("url"),
+             "health": d.get("health"), "process": d.get("process")} for d in down]
     return {"host": host, "instance": ROUTER_ROLE, "role": ROUTER_ROLE, "profile": agreed("profile"),
-            "release": agreed("release"), "engine": "sglang-router", "gpus": [], "url": url}
+            "release": agreed("release"), "engine": "sglang-router", "gpus": [], "url": url, "workers_down": gone}
+
+
+def workers_down(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The workers the routers' metas list as down, once each (host/instance)."""
+    seen: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for item in items:
+        for gone in (item.get("meta") or {}).get("workers_down") or [] if is_router(item) else []:
+            seen.setdefault((gone.get("host"), gone.get("instance")), dict(gone))
+    return list(seen.values())
+
+
+def down_reason(gone: dict[str, Any]) -> str:
+    """Why a worker counts as down, from its probe: /health's answer and its process."""
+    health = gone.get("health")
+    return (f"/health {'no answer' if not health else health}, process {gone.get('process') or 'unknown'}")
 
 
 def point_at(sweep: dict[str, Any], concurrency: Any) -> dict[str, Any] | None:
@@ -194,12 +214,16 @@ def single_row(item: dict[str, Any], concurrency: Any, view: str, label: str) ->
     return _row(concurrency, view, label, concurrency, [sweep], numbers, None)
 
 
-def merged_row(items: Sequence[dict[str, Any]], concurrency: Any) -> dict[str, Any]:
-    """The fleet total at one level: every worker's records at it, on one time line."""
+def merged_row(items: Sequence[dict[str, Any]], concurrency: Any, down: Sequence[str] = ()) -> dict[str, Any]:
+    """The fleet total at one level: every worker's records at it, on one time line (``down``:
+    the workers that were down, named in the label; the total is the ones that were up)."""
     sweeps = [i["sweep"] for i in items]
     parts = [(s, level_records(s, concurrency)) for s in sweeps]
     in_flight = sum(int(concurrency) for _ in items)
     label = f"fleet total ({len(items)} worker{'s' if len(items) != 1 else ''}, merged)"
+    if down:
+        label = (f"fleet total ({len(items)} of {len(items) + len(down)} workers, merged; "
+                 f"down: {', '.join(down)})")
     if not parts or any(not records for _, records in parts):
         return _row(concurrency, "fleet", label, in_flight, sweeps, None, None)
     windows, alignment = align(parts)
@@ -210,6 +234,15 @@ def merged_row(items: Sequence[dict[str, Any]], concurrency: Any) -> dict[str, A
                        for r in records)
     window = (min(s for s, _ in windows), max(e for _, e in windows))
     return _row(concurrency, "fleet", label, in_flight, sweeps, stats(shifted, window), alignment)
+
+
+def down_row(gone: dict[str, Any], concurrency: Any, sweeps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A worker that was down at the bench's start: no numbers, the reason in its label (view
+    ``down``); the time base is the swept workers', so that it never reads as a different one."""
+    label = f"{gone.get('host') or '?'}/{gone.get('instance') or '?'} DOWN, not swept ({down_reason(gone)})"
+    row = _row(concurrency, "down", label, 0, sweeps, {}, None)
+    row.update(sources=0, records_missing=False, not_measurable=[])
+    return row
 
 
 def _levels(items: Sequence[dict[str, Any]]) -> list[Any]:
@@ -224,12 +257,15 @@ def side_by_side(items: Sequence[dict[str, Any]], label_of: Any = None) -> list[
     name = label_of or (lambda meta: f"{meta.get('host') or '?'}/{meta.get('instance') or '?'}")
     workers = [i for i in items if not is_router(i)]
     routers = [i for i in items if is_router(i)]
+    down = workers_down(items)
+    down_names = [f"{d.get('host') or '?'}/{d.get('instance') or '?'}" for d in down]
     rows: list[dict[str, Any]] = []
     for level in _levels(items):
         swept = [w for w in workers if point_at(w["sweep"], level) is not None]
         rows.extend(single_row(w, level, "worker", name(w["meta"])) for w in swept)
+        rows.extend(down_row(d, level, [w["sweep"] for w in workers]) for d in down)
         if swept and len(swept) == len(workers):
-            rows.append(merged_row(workers, level))
+            rows.append(merged_row(workers, level, down_names))
         rows.extend(single_row(r, level, "router", name(r["meta"])) for r in routers
                     if point_at(r["sweep"], level) is not None)
     return rows

@@ -47,40 +47,68 @@ VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
 
 def _file_beside(kind: str, name: str, exists: Callable[[str], bool]) -> str:
-    """A vars *file* of that group or host, if any: Ansible reads either ``group_vars/NAME``
-    (a folder) or ``NAME.yml``, the first it finds, never both, so a folder made next to it would
-    hide the user's file."""
-    return next((f"{kind}/{name}{ext}" for ext in VARS_EXTENSIONS
-                 if exists(f"{kind}/{name}{ext}") and not exists(f"{kind}/{name}{ext}/")), "")
+    """The vars *file* Ansible reads for that group or host, if it reads a file: its DataLoader
+    (``find_vars_files``) takes the first of ``NAME`` (a folder or a file), ``NAME.yml``,
+    ``NAME.yaml``, ``NAME.json`` and reads nothing else, so a folder ``NAME/`` wins over a file
+    beside it, and a folder made next to a file would hide the user's file."""
+    for ext in VARS_EXTENSIONS:
+        rel = f"{kind}/{name}{ext}"
+        if exists(rel):
+            return "" if exists(rel + "/") else rel
+    return ""
+
+
+def _host_move(rel: str, is_link: Callable[[str], bool]) -> dict[str, str]:
+    """Where a host's vars file moves so that a folder can hold it and tuned.yml:
+    ``host_vars/NAME.yml`` -> ``host_vars/NAME/main.yml`` (same extension, content unchanged)."""
+    kind, base = rel.split("/", 1)
+    name, dot, ext = base.rpartition(".") if base.endswith((".yml", ".yaml", ".json")) else (base, "", "")
+    if not dot:
+        raise TuneError(f"{rel} is a vars file without an extension: tune.yml would turn it into the folder "
+                        f"{rel}/ (main.yml + tuned.yml) but cannot move a file into a folder of its own name. Rename "
+                        f"it to {rel}.yml, or set sglang_tune_write_vars: false")
+    if is_link(rel):
+        raise TuneError(f"{rel} is a symbolic link: tune.yml would move it into the folder {kind}/{name}/ "
+                        f"(Ansible reads a host's vars file or its folder, not both), which can break a "
+                        f"relative link. Make it a plain file or the folder {kind}/{name}/ yourself, or set "
+                        f"sglang_tune_write_vars: false")
+    return {"src": rel, "dest": f"{kind}/{name}/main.{ext}"}
 
 
 def vars_targets(class_hosts: Sequence[str], groups: Mapping[str, Sequence[str]], class_group: str = "",
-                 exists: Callable[[str], bool] = lambda _: False) -> list[str]:
+                 exists: Callable[[str], bool] = lambda _: False,
+                 is_link: Callable[[str], bool] = lambda _: False) -> dict[str, list[Any]]:
     """Where a class's tuned vars go, relative to the inventory folder (``exists`` tells what is
-    there). A class that is an inventory group (given, or the smallest group whose hosts are
-    exactly the class) gets ``group_vars/<group>/tuned.yml``; otherwise, or when that group has a
-    vars file instead of a folder, each host gets ``host_vars/<host>/tuned.yml``. Both are read by
-    Ansible's host_group_vars plugin, so deploy.yml picks them up."""
+    there): ``{files, moves}``. A class that is an inventory group (given, or the smallest group
+    whose hosts are exactly the class) gets ``group_vars/<group>/tuned.yml`` unless that group keeps
+    its vars in a file; otherwise each host gets ``host_vars/<host>/tuned.yml``. A host whose vars
+    are a file (``host_vars/<host>.yml``, the usual layout) has it moved, unchanged, to
+    ``host_vars/<host>/main.yml`` first (``moves``), since Ansible reads a host's file or its
+    folder, never both; the file then sits beside the generated tuned.yml and both are read."""
     want = set(class_hosts)
     exact = [class_group] if class_group else sorted(
         g for g, members in groups.items()
         if g not in ("all", "ungrouped") and not g.startswith(CLASS_PREFIX) and set(members) == want)
     if exact and not _file_beside("group_vars", exact[0], exists):
-        return [f"group_vars/{exact[0]}/tuned.yml"]
-    blocked = [f for f in (_file_beside("host_vars", h, exists) for h in sorted(class_hosts)) if f]
-    if blocked:
-        group_file = _file_beside("group_vars", exact[0], exists) if exact else ""
-        raise TuneError(f"nowhere to write the tuned vars of hosts {', '.join(sorted(class_hosts))}: "
-                        f"{', '.join(filter(None, [group_file, *blocked]))} exist as files, and Ansible reads a "
-                        f"group's or host's vars file or its folder, not both. Move the file "
-                        f"into a folder of that name (e.g. {blocked[0].rsplit('.', 1)[0]}/main.yml), or set "
-                        f"sglang_tune_write_vars: false")
-    return [f"host_vars/{h}/tuned.yml" for h in sorted(class_hosts)]
+        return {"files": [f"group_vars/{exact[0]}/tuned.yml"], "moves": []}
+    moves = [_host_move(f, is_link) for f in (_file_beside("host_vars", h, exists) for h in sorted(class_hosts)) if f]
+    return {"files": [f"host_vars/{h}/tuned.yml" for h in sorted(class_hosts)], "moves": moves}
+
+
+def other_places(class_hosts: Sequence[str], groups: Mapping[str, Sequence[str]], class_group: str = "") -> list[str]:
+    """Every place a tuned.yml of this class can be in, whatever the layout: each host's
+    host_vars folder and the folder of the group that is exactly the class (an earlier run, or
+    another layout, may have written one there; it stays in force until removed)."""
+    want = set(class_hosts)
+    exact = [class_group] if class_group else sorted(
+        g for g, members in groups.items()
+        if g not in ("all", "ungrouped") and not g.startswith(CLASS_PREFIX) and set(members) == want)
+    return [f"group_vars/{g}/tuned.yml" for g in exact] + [f"host_vars/{h}/tuned.yml" for h in sorted(class_hosts)]
 
 
 def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, Sequence[str]],
             class_groups: Sequence[str] = (), vars_dir: str = "") -> dict[str, dict[str, Any]]:
-    """{class: {hosts, representative, group, vars_files}}. With ``class_groups`` each of those
+    """{class: {hosts, representative, group, vars_files, vars_moves, vars_others}}. With ``class_groups`` each of those
     inventory groups is a class (a host in none of them, or in two, is an error); without, hosts
     with equal GPU facts (``facts``: each host's sglang_host fact) form one. The representative
     is the class's first host in inventory order."""
@@ -102,9 +130,15 @@ def classes(hosts: Sequence[str], facts: Mapping[str, Mapping[str, Any]], groups
         return bool(vars_dir) and (os.path.isdir(os.path.join(vars_dir, rel)) if rel.endswith("/")
                                    else os.path.exists(os.path.join(vars_dir, rel)))
 
+    def is_link(rel: str) -> bool:
+        return bool(vars_dir) and os.path.islink(os.path.join(vars_dir, rel))
+
     for entry in out.values():
         entry["representative"] = entry["hosts"][0]
-        entry["vars_files"] = vars_targets(entry["hosts"], groups, entry["group"], exists)
+        targets = vars_targets(entry["hosts"], groups, entry["group"], exists, is_link)
+        entry["vars_files"], entry["vars_moves"] = targets["files"], targets["moves"]
+        entry["vars_others"] = [f for f in other_places(entry["hosts"], groups, entry["group"])
+                                if f not in targets["files"]]
     return out
 
 
@@ -451,6 +485,92 @@ def vars_file(fact: Mapping[str, Any], candidate: Mapping[str, Any], extra_args:
     return "\n".join(header) + "\n---\n" + yaml.safe_dump(plain, sort_keys=False, default_flow_style=False)
 
 
+# ---- what happens to the vars files ----
+
+WITHOUT_WINNER = ("keep", "remove")
+GENERATED = "# Generated by playbooks/tune.yml (llmops.sglang)"
+
+
+def earlier(text: str | None) -> str:
+    """What an existing vars file is: "run R (candidate C)" for one tune.yml wrote, else a note."""
+    if text is None:
+        return ""
+    if not text.startswith(GENERATED):
+        return "not written by tune.yml"
+    import yaml  # controller side: PyYAML comes with ansible-core
+
+    try:
+        tuned = (yaml.safe_load(text) or {}).get("sglang_tuned") or {}
+    except (yaml.YAMLError, AttributeError):
+        tuned = {}
+    return f"run {tuned.get('run_id', '?')} (candidate {tuned.get('candidate', '?')})"
+
+
+def writeback_plan(files: Sequence[str], moves: Sequence[Mapping[str, str]], has_winner: bool, write: bool = True,
+                   without_winner: str = "keep", read: Callable[[str], str | None] = lambda _: None,
+                   others: Sequence[str] = ()) -> dict[str, Any]:
+    """What happens to a class's vars files, decided before anything is written, and said in
+    words (the play and tune.md print ``lines``). ``read`` gives an existing file's text (None:
+    absent); ``others`` are the class's other places for a tuned.yml (another layout's: the
+    hosts' host_vars, the group's group_vars), where an earlier run may have left one.
+    With a winner: ``moves`` first (a host's vars file into its folder), then ``write`` every
+    file, and an earlier tune.yml file in ``others`` is removed (it would override or shadow the
+    new one). Without one, nothing is written or moved and each earlier file stays in force
+    (``keep``, the default, said loudly) or is removed (``remove``). A file tune.yml did not
+    generate is never removed."""
+    if without_winner not in WITHOUT_WINNER:
+        raise TuneError(f"sglang_tune_without_winner: {without_winner!r} must be one of {', '.join(WITHOUT_WINNER)} "
+                        f"(what happens to an earlier tuned vars file when no candidate wins)")
+    actions: list[dict[str, str]] = []
+    lines: list[str] = []
+    writing = has_winner and write
+    why = "no winner" if write else "sglang_tune_write_vars: false"
+    if writing:
+        lines += [f"Moved `{m['src']}` unchanged to `{m['dest']}`: Ansible reads a host's vars file or its folder, "
+                  "never both, so the folder now holds your file and the tuned one (both are read)." for m in moves]
+    for rel in files:
+        before = earlier(read(rel))
+        if writing:
+            actions.append({"file": rel, "action": "write", "before": before})
+            lines.append(f"Written: `{rel}`" + (f" (replaced the file of {before})" if before else " (new)")
+                         + "; review and commit it, deploy.yml reads it.")
+        elif not before:
+            actions.append({"file": rel, "action": "none", "before": ""})
+            lines.append(f"Not written: `{rel}` ({why}); there is no earlier file, deploy.yml deploys your own settings.")
+        else:
+            actions.append(_earlier_action(rel, before, why, has_winner, without_winner, lines))
+    for rel in others:
+        before = earlier(read(rel))
+        if not before:
+            continue
+        if writing and before.startswith("run "):
+            actions.append({"file": rel, "action": "remove", "before": before})
+            lines.append(f"Removed: `{rel}` ({before}), an earlier result in another place, which would otherwise "
+                         "override or shadow the new one.")
+        elif writing:
+            actions.append({"file": rel, "action": "keep", "before": before})
+            lines.append(f"Kept: `{rel}` ({before}); it may override the new file: check it.")
+        else:
+            actions.append(_earlier_action(rel, before, why, has_winner, without_winner, lines))
+    return {"actions": actions, "moves": list(moves) if writing else [], "lines": lines,
+            "written": [a["file"] for a in actions if a["action"] == "write"]}
+
+
+def _earlier_action(rel: str, before: str, why: str, has_winner: bool, without_winner: str,
+                    lines: list[str]) -> dict[str, str]:
+    """Nothing is written: an earlier file is kept (loudly) or, asked to and when tune.yml wrote
+    it, removed."""
+    mine = before.startswith("run ")
+    if mine and not has_winner and without_winner == "remove":
+        lines.append(f"Removed: `{rel}` ({before}; {why}, sglang_tune_without_winner: remove): deploy.yml deploys "
+                     "your own settings again.")
+        return {"file": rel, "action": "remove", "before": before}
+    lines.append(f"Not written: `{rel}` ({why}). KEPT: the earlier file ({before}) is still there and deploy.yml "
+                 "still deploys it" + ("; -e sglang_tune_without_winner=remove removes it" if mine and not has_winner
+                                       else "") + ".")
+    return {"file": rel, "action": "keep", "before": before}
+
+
 # ---- the report ----
 
 def _f(value: Any, digits: int = 1) -> str:
@@ -513,10 +633,10 @@ def render_markdown(results: Sequence[Mapping[str, Any]], choice: Mapping[str, A
              "| # | candidate | status | server max running | C=1 tok/s | bound tok/s | peak tok/s | knee | score tok/s "
              "| vs winner | why |", "|" + " --- |" * 11]
     lines += [_row(r, choice, top) for r in results]
-    lines += ["", "## Path", "", *path_lines(results), "", "## Result", "", f"Winner: {choice.get('message')}."]
-    if info.get("vars_files"):
-        lines.append("Written back to " + ", ".join(f"`{p}`" for p in info["vars_files"])
-                     + " (review and commit; deploy.yml reads it) and as the fact `sglang_tuned`.")
+    winner = choice.get("message") if choice.get("winner") else f"none: {choice.get('message')}"
+    lines += ["", "## Path", "", *path_lines(results), "", "## Result", "", f"Winner: {winner}."]
+    lines += list((info.get("writeback") or {}).get("lines") or [])
+    lines.append("The fact `sglang_tuned` " + ("holds the winner." if choice.get("winner") else "is null (no winner)."))
     lines += ["", "Bound: a candidate's lowest level gives its per-request rate; times the requests it can run at "
               "once (the server's effective max_running_requests, at most the highest level) it is the most the "
               "candidate could reach. A candidate whose bound is not above the best score so far is not swept further."]
@@ -552,10 +672,18 @@ def render_csv(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], 
 
 
 def outcome(results: Sequence[Mapping[str, Any]], objective: Mapping[str, Any], info: Mapping[str, Any],
-            extra_args: Any = None, generated: str = "") -> dict[str, Any]:
-    """Everything a class's search produced: the choice, the fact, the vars file's text, the
-    report's Markdown section and CSV rows, and the report items for sweep_report (plots)."""
+            extra_args: Any = None, generated: str = "",
+            read: Callable[[str], str | None] = lambda _: None) -> dict[str, Any]:
+    """Everything a class's search produced: the choice, the fact, the vars file's text, what
+    happens to the vars files (``writeback``: info's vars_files, vars_moves, write and
+    without_winner; ``read`` gives an existing file's text), the report's Markdown section and
+    CSV rows, the report items for sweep_report (plots) and, without a winner, ``failure``: the
+    message that fails the play (each candidate's reason, what became of the vars files)."""
     choice = choose(results, objective)
+    plan = writeback_plan(info.get("vars_files") or [], info.get("vars_moves") or [], choice.get("winner") is not None,
+                          bool(info.get("write", True)), str(info.get("without_winner") or "keep"), read,
+                          info.get("vars_others") or [])
+    info = dict(info, writeback=plan)
     fact = tuned_fact(choice, str(info.get("class")), str(info.get("representative")), str(info.get("run_id")), objective)
     win = choice.get("winner")
     text = (vars_file(fact, win["candidate"], extra_args, info.get("hosts") or [], generated, str(info.get("report") or ""))
@@ -564,9 +692,13 @@ def outcome(results: Sequence[Mapping[str, Any]], objective: Mapping[str, Any], 
                        "profile": r["candidate"]["label"], "release": info.get("release"), "engine": info.get("engine")},
               "sweep": r["sweep"]} for r in results if r.get("sweep")]
     slim = [{k: v for k, v in r.items() if k != "sweep"} | {"sweep": _slim(r.get("sweep"))} for r in results]
+    failure = "" if win else (
+        f"tune.yml found no winner for class {info.get('class')} on {info.get('representative')}: {choice['message']}. "
+        + " ".join(f"{label}: {why}." for label, why in choice["why"].items()) + " "
+        + " ".join((info.get("writeback") or {}).get("lines") or []))
     return {"choice": {"message": choice["message"], "why": choice["why"],
-                       "winner": (win or {}).get("candidate")},
-            "fact": fact, "vars_text": text, "markdown": render_markdown(results, choice, dict(info, slo=objective)),
+                       "winner": (win or {}).get("candidate")}, "failure": failure.strip(),
+            "fact": fact, "vars_text": text, "writeback": plan, "markdown": render_markdown(results, choice, dict(info, slo=objective)),
             "csv": render_csv(results, choice, str(info.get("class")), header=False), "items": items, "results": slim}
 
 

@@ -146,7 +146,7 @@ def test_router_meta_takes_the_workers_profile_only_when_they_agree() -> None:
     workers = [item(sweep([])), item(sweep([]), instance="gpu1")]
     meta = _fleet.router_meta("r1", "http://r", workers)
     assert meta == {"host": "r1", "instance": "router", "role": "router", "profile": "baseline", "release": None,
-                    "engine": "sglang-router", "gpus": [], "url": "http://r"}
+                    "engine": "sglang-router", "gpus": [], "url": "http://r", "workers_down": []}
     workers[1]["meta"]["profile"] = "mtp"
     assert _fleet.router_meta("r1", "http://r", workers)["profile"] is None
 
@@ -189,3 +189,29 @@ def test_without_a_router_the_report_has_no_fleet_section(tmp_path: Path) -> Non
     result = _report.write_report(workers, str(tmp_path), latest_link=False)
     assert not (tmp_path / "fleet.csv").exists() and "Fleet" not in (tmp_path / "summary.md").read_text()
     assert all("fleet" not in f for f in result["files"])
+
+
+def test_a_worker_down_is_a_down_row_and_the_fleet_total_is_the_workers_that_were_up(tmp_path: Path) -> None:
+    # issue 16 (unclear case, decided): one worker dead before a bench through the router. It is
+    # not swept; the report shows it as DOWN at each level, the fleet total is the healthy ones
+    w0 = sweep([rec(1, 0.0, 1.0), rec(1, 1.0, 2.0), rec(2, 5.0, 6.0)], t0=1000.0)
+    router = sweep([rec(1, 0.0, 1.5), rec(2, 4.0, 5.0)], t0=1200.0, url="http://r:8000")
+    workers = [item(w0)]
+    gone = [{"host": "h1", "name": "gpu1", "url": "http://h1:30001", "health": 0, "process": "dead", "up": False}]
+    items = workers + bench_filters._router_report_items([router], "r1", "http://r:8000", workers, gone)
+    rows = _report.fleet_rows(items)
+    assert [(r["concurrency"], r["view"], r["label"]) for r in rows][:4] == [
+        (1, "worker", "h1/gpu0"),
+        (1, "down", "h1/gpu1 DOWN, not swept (/health no answer, process dead)"),
+        (1, "fleet", "fleet total (1 of 2 workers, merged; down: h1/gpu1)"),
+        (1, "router", "router r1")]
+    down, fleet = rows[1], rows[2]
+    assert down["requests"] is None and down["output_tok_s"] is None and down["sources"] == 0
+    assert fleet["requests"] == rows[0]["requests"] == 2  # the healthy worker's own numbers
+    result = _report.write_report(items, str(tmp_path), latest_link=False)
+    assert str(tmp_path / "fleet.csv") in result["files"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| 1 | h1/gpu1 DOWN, not swept (/health no answer, process dead) |" in summary
+    assert "Time bases differ" not in summary and "(no records)" not in summary
+    csv_rows = list(csv.DictReader((tmp_path / "fleet.csv").open()))
+    assert [r["view"] for r in csv_rows if r["concurrency"] == "1"] == ["worker", "down", "fleet", "router"]
