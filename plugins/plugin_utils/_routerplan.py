@@ -150,8 +150,7 @@ class RouterRequest:
                 fields[name] = _convert(name, values[variable])
             except ValueError as err:
                 problems.append(f"{variable}={values[variable]!r}: {err}")
-        if not problems:
-            problems += _rules(fields)
+        problems += _rules(fields)
         if problems:
             raise RouterPlanError(problems)
         return cls(**fields, api_key_set=bool(api_key))
@@ -202,35 +201,36 @@ def _convert(name: str, value: Any) -> Any:
 
 
 def _rules(f: Mapping[str, Any]) -> list[str]:
-    """Rules between and within fields (types already checked)."""
+    """Rules between and within fields; a field whose value could not be converted (not in
+    ``f``) is skipped, so that every other problem is still named."""
     problems = []
     for name, choices in (("service_manager", SERVICE_MANAGERS), ("policy", POLICIES), ("log_level", LOG_LEVELS)):
-        if f[name] not in choices:
+        if name in f and f[name] not in choices:
             problems.append(f"{VARIABLES[name]}={f[name]!r}: must be one of {', '.join(choices)}")
     for name in ("port", "prometheus_port"):
-        if not 1 <= f[name] <= 65535:
+        if name in f and not 1 <= f[name] <= 65535:
             problems.append(f"{VARIABLES[name]}={f[name]}: must be a TCP port (1-65535)")
-    if f["port"] == f["prometheus_port"]:
+    if "port" in f and f["port"] == f.get("prometheus_port"):
         problems.append(f"sglang_router_port and sglang_router_prometheus_port are both {f['port']}: the router "
                         "listens on both, so they must differ")
     for name in ("health_check_interval", "health_check_timeout", "health_failure_threshold",
                  "health_success_threshold", "request_timeout", "cb_failure_threshold", "cb_timeout", "ready_timeout"):
-        if f[name] < 1:
+        if name in f and f[name] < 1:
             problems.append(f"{VARIABLES[name]}={f[name]}: must be at least 1")
     for name in ("retry_max_retries", "shutdown_grace_period"):
-        if f[name] < 0:
+        if name in f and f[name] < 0:
             problems.append(f"{VARIABLES[name]}={f[name]}: must not be negative")
-    if not f["host"]:
+    if f.get("host") == "":
         problems.append("sglang_router_host='': give the address the router listens on (127.0.0.1, 0.0.0.0, ...)")
-    if not f["base_dir"].startswith("/"):
+    if "base_dir" in f and not f["base_dir"].startswith("/"):
         problems.append(f"sglang_router_base_dir={f['base_dir']!r}: must be an absolute path")
-    if f["install"] and not f["venv"].startswith("/"):
+    if f.get("install") and not f.get("venv", "/").startswith("/"):
         problems.append(f"sglang_router_venv={f['venv']!r}: must be an absolute path")
-    for word in f["extra_args"]:
+    for word in f.get("extra_args", ()):
         flag = word.split("=", 1)[0]
         if flag in FORBIDDEN_EXTRA:
             problems.append(f"sglang_router_extra_args has {flag}: {FORBIDDEN_EXTRA[flag]}")
-    for key in f["env"]:
+    for key in f.get("env", {}):
         if not key.replace("_", "a").isalnum() or key[:1].isdigit() or key == API_KEY_ENV:
             problems.append(f"sglang_router_env has {key!r}: not an environment variable name the role may set")
     return problems
