@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 ---
 module: router_plan
 short_description: Plan the SGLang router of a host and check there that it can start, changing nothing
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - Builds the plan of the role C(llmops.sglang.router) on the controller from the task's
     variables (the role's C(sglang_router_*) variables and C(sglang_api_key), read through one
