@@ -43,6 +43,6 @@ class ActionModule(ActionBase):
         checked = self._execute_module(module_name="llmops.sglang.preflight",
                                        module_args={**spec, "subject": "the router"}, task_vars=task_vars)
         if checked.get("failed") or checked.get("unreachable") or "service_manager" not in checked:
-            return {**result, **checked, "failed": True, "changed": False, "plan": plan}
+            return {**result, **checked, "failed": True, "changed": False}
         plan["backend"] = checked["service_manager"]
         return {**result, "changed": False, "plan": plan}

@@ -64,8 +64,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: The router's plan (also when the pre-flight failed, for the message's context).
-  returned: always
+  description: The router's plan.
+  returned: success
   type: dict
   contains:
     python:

@@ -74,15 +74,24 @@ FORBIDDEN_EXTRA = {
     "--worker-urls": "the role starts the router with no worker and registers the deployed instances through its "
                      "worker API; list servers in sglang_servers instead",
 }
-# Asked of the installed router's own parser, with the planned flags as its arguments
-FLAG_CHECK = (
-    "import sys\n"
-    "try:\n"
-    "    from sglang_router.launch_router import parse_router_args\n"
-    "except ImportError as err:\n"
-    "    sys.exit(f'{sys.executable} cannot import sglang_router ({err}): it is not a Python with sglang-router')\n"
-    "parse_router_args(sys.argv[1:])\n"
-)
+# Asked of the installed router's own parser, with the planned flags as its arguments; it says
+# in one line what is wrong and what to do (argparse's usage text left out)
+_FLAG_CHECK = """\
+import contextlib, io, sys
+try:
+    from sglang_router.launch_router import parse_router_args
+except ImportError as err:
+    sys.exit(f"{{sys.executable}} cannot import sglang_router ({{err}}): {python_fix}")
+said = io.StringIO()
+try:
+    with contextlib.redirect_stderr(said):
+        parse_router_args(sys.argv[1:])
+except SystemExit as err:
+    if err.code:
+        lines = [line for line in said.getvalue().splitlines() if line.strip()]
+        sys.exit(f"sglang-router refuses the flags ({{lines[-1] if lines else err.code}}): correct "
+                 "sglang_router_extra_args, or the role variable of that flag")
+"""
 
 
 class RouterPlanError(ValueError):
@@ -262,14 +271,14 @@ def argv(req: RouterRequest) -> list[str]:
 
 def flag_check(req: RouterRequest, words: list[str]) -> list[str]:
     """The command that asks the installed router's own parser about ``words``."""
-    return [req.interpreter, "-c", FLAG_CHECK, *words]
+    return [req.interpreter, "-c", _FLAG_CHECK.format(python_fix=python_fix(req.version)), *words]
 
 
 def preflight(req: RouterRequest, layout: Mapping[str, Any], words: list[str]) -> dict[str, Any]:
     """The arguments of module ``llmops.sglang.preflight`` for the router's host: both ports free
     or held by this router (its folder), its Python there (with ``install: false``; with
     ``install: true`` the Python that creates the venv), and its flags accepted by its own
-    parser (skipped while the role has yet to install it)."""
+    parser (asked when its Python is there)."""
     fix_ports = "or choose another sglang_router_port / sglang_router_prometheus_port"
     spec: dict[str, Any] = {
         "ports": [{"port": req.port, "instance": "router", "what": "HTTP", "fix": fix_ports},
@@ -278,11 +287,11 @@ def preflight(req: RouterRequest, layout: Mapping[str, Any], words: list[str]) -
         "service_manager": req.service_manager,
         "executables": [],
         "commands": [{"argv": flag_check(req, words),
+                      # its own message names the problem and the fix
                       "what": "the router's flags, as the installed sglang-router parses them",
-                      "fix": "correct sglang_router_extra_args or the variable of the flag named; an import error "
-                             "means the router's Python has no sglang-router: " + python_fix(req.version),
-                      # not there yet: the role installs it in this run, and checks the flags then
-                      "missing_ok": req.install}],
+                      # a missing Python is named by the executables check (install: false), or the
+                      # role installs it in this run and asks its parser then (install: true)
+                      "missing_ok": True}],
     }
     if req.install:
         spec["executables"].append({"path": req.venv_python, "what": "the Python that creates the router's venv",
