@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _routerplan
+
 from .conftest import ROOT, Deployment, cleanup, free_port_block, group_members, make_inventory
 
 pytestmark = pytest.mark.integration
@@ -277,12 +279,16 @@ def test_router_unit_verifies(tmp_path: Path) -> None:
     launch = base / "router" / "launch.sh"
     launch.write_text("#!/bin/sh\nexec sleep 1\n")
     launch.chmod(0o755)
+    # the plan the role renders the unit from (plugin_utils/_routerplan.py); the template decides nothing
+    defaults = yaml.safe_load((ROOT / "roles" / "router" / "defaults" / "main.yml").read_text())
+    defaults.update(sglang_router_base_dir=str(base), sglang_router_user="root", sglang_router_group="root",
+                    sglang_router_host="0.0.0.0", sglang_router_prometheus_host="0.0.0.0",
+                    sglang_router_shutdown_grace_period=30)
+    plan = _routerplan.plan(_routerplan.RouterRequest.from_vars(defaults))
     playbook = tmp_path / "render.yml"
     playbook.write_text(yaml.safe_dump([{
         "name": "Render the unit", "hosts": "localhost", "gather_facts": False,
-        "vars": {"sglang_router_base_dir": str(base), "sglang_router_user": "root", "sglang_router_group": "root",
-                 "__sglang_router": f"{{{{ '{base}' | llmops.sglang.router_layout('0.0.0.0', 8000) }}}}",
-                 "__sglang_router_stop_timeout": 45},
+        "vars": {"__sglang_router_plan": plan},
         "tasks": [{"name": "Template", "ansible.builtin.template": {
             "src": str(ROOT / "roles" / "router" / "templates" / "sglang-router.service.j2"),
             "dest": str(tmp_path / "sglang-router.service"), "mode": "0644"}}],
