@@ -81,7 +81,7 @@ import contextlib, io, sys
 try:
     from sglang_router.launch_router import parse_router_args
 except ImportError as err:
-    sys.exit(f"{{sys.executable}} cannot import sglang_router ({{err}}): {python_fix}")
+    sys.exit(f"{{sys.executable}} cannot import sglang_router ({{err}}): " + {python_fix!r})
 said = io.StringIO()
 try:
     with contextlib.redirect_stderr(said):

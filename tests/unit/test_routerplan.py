@@ -147,9 +147,12 @@ def test_the_real_router_parses_the_planned_flags_and_refuses_a_bad_one() -> Non
         "sglang_router_extra_args, or the role variable of that flag")
 
 
-def test_a_python_without_the_router_says_so() -> None:
+def test_a_python_without_the_router_says_so_and_the_version_stays_a_literal() -> None:
     plan = rp.plan(rp.RouterRequest.from_vars(role_defaults()))
     done = _ask(sys.executable, plan)
     assert done.returncode == 1
     assert done.stderr.strip() == (f"{sys.executable} cannot import sglang_router (No module named 'sglang_router'): "
                                    + rp.python_fix("0.3.2"))
+    odd = rp.plan(rp.RouterRequest.from_vars(role_defaults(sglang_router_version='0.3.2"); import os; os.exit(("')))
+    done = _ask(sys.executable, odd)  # the version is text in the message, not code
+    assert done.returncode == 1 and 'install sglang-router==0.3.2"); import os; os.exit(((' in done.stderr
