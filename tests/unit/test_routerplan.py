@@ -155,4 +155,4 @@ def test_a_python_without_the_router_says_so_and_the_version_stays_a_literal() -
                                    + rp.python_fix("0.3.2"))
     odd = rp.plan(rp.RouterRequest.from_vars(role_defaults(sglang_router_version='0.3.2"); import os; os.exit(("')))
     done = _ask(sys.executable, odd)  # the version is text in the message, not code
-    assert done.returncode == 1 and 'install sglang-router==0.3.2"); import os; os.exit(((' in done.stderr
+    assert done.returncode == 1 and 'install sglang-router==0.3.2"); import os; os.exit(("' in done.stderr
