@@ -150,7 +150,8 @@ def wait_for_ready(
 ) -> dict[str, dict[str, Any]]:
     """Poll every instance's /health_generate in parallel until 200, death or its timeout.
 
-    Each instance: {name, url, timeout, log_file?, pid_file?, unit?}. A server that died while
+    Each instance: {name, url, timeout, path?, log_file?, pid_file?, unit?}; ``path`` is the
+    endpoint polled (default /health_generate; the router role waits for /health and /readiness). A server that died while
     loading fails at once (no point waiting out its timeout): its pid file names a dead
     process, or its systemd unit failed or was restarted by systemd. Returns name -> result:
     {ready, status, waited_s, ready_at, reason, log_tail}.
@@ -161,7 +162,7 @@ def wait_for_ready(
     def watch(inst: dict[str, Any]) -> None:
         start = clock()
         deadline = start + float(inst.get("timeout") or 600)
-        url = inst["url"].rstrip("/") + "/health_generate"
+        url = inst["url"].rstrip("/") + "/" + str(inst.get("path") or "/health_generate").lstrip("/")
         status = 0
         reason = ""
         unit = inst.get("unit")
@@ -176,7 +177,7 @@ def wait_for_ready(
             alive = pid_alive(inst.get("pid_file"))
             failed = unit_failed(unit_reader(unit), restarts_before) if unit else ""
             if alive is False:
-                reason = "the server process exited before it became ready"
+                reason = "its process exited before it became ready"
             elif failed:
                 reason = failed
             elif clock() >= deadline:

@@ -52,6 +52,9 @@ ROUTER_PID_FILE = "router.pid"
 ROUTER_LOG_FILE = "router.log"
 ROUTER_SERVICE = "sglang-router"
 ROUTER_UNIT = f"{ROUTER_SERVICE}.service"
+# launch_router renames its process (setproctitle) to this, and the launch script does so first
+# thing: how the router is recognized among the processes of its folder
+ROUTER_MATCH = "sglang::router"
 # Instance names are made by the plan ("gpu0", "gpu0-1"); anything else under the base folder
 # (the engine, a user's notes) is not an instance.
 INSTANCE_NAME = re.compile(r"gpu[0-9]+(?:-[0-9]+)*")
@@ -100,11 +103,13 @@ def router_layout(base_dir: str, bind: str | None, port: int,
     """The router's files (``router_paths``), its service names (``unit``: the systemd unit,
     ``service``: the detached service and its marker), ``connect_url``, where a client on
     the router's own host reaches it (a wildcard bind on loopback, as for an instance), and
-    ``advertise_url``, where other hosts do (``advertise_url``; None on loopback only)."""
+    ``advertise_url``, where other hosts do (``advertise_url``; None on loopback only), and
+    ``match``, the router's process title (how its process is told among those of its folder)."""
     return {
         "paths": router_paths(base_dir),
         "unit": ROUTER_UNIT,
         "service": ROUTER_SERVICE,
+        "match": ROUTER_MATCH,
         "connect_url": connect_url(bind, port),
         "advertise_url": advertise_url(bind, port, host_address),
     }

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _detached, _ownership
+from ansible_collections.llmops.sglang.plugins.module_utils import _detached, _hostfacts, _layout, _ownership
 
 TCP_LISTEN = "0A"
 NET_TABLES = ("net/tcp", "net/tcp6")
@@ -96,24 +97,90 @@ def listeners(ports: Iterable[int], proc: Path = _detached.PROC) -> list[Listene
     return found
 
 
+def router_pids(router_dir: str | None, proc: Path = _detached.PROC) -> set[int]:
+    """The live processes of the router whose folder is ``router_dir`` (the router role's
+    ``<base>/router``): the process group or session its pid file records (``belongs_to``, with
+    its service marker), the cgroup of its unit ``sglang-router.service``, or a working folder
+    that is its folder (the launch script and the unit start there)."""
+    if not router_dir:
+        return set()
+    try:
+        record = _detached.read_pid_file(os.path.join(router_dir, _layout.ROUTER_PID_FILE))
+    except _detached.DetachedServiceError:
+        record = None
+    folder = os.path.realpath(router_dir)
+    found = set()
+    for stat in _detached.all_stats(proc):
+        if not (stat.alive or _detached.has_live_threads(stat.pid, proc)):
+            continue
+        if record is not None and record.pgid in (stat.pgid, stat.sid) \
+                and _detached.belongs_to(record, stat.pid, _layout.ROUTER_SERVICE, proc):
+            found.add(stat.pid)
+            continue
+        try:
+            cgroup = (proc / str(stat.pid) / "cgroup").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cgroup = ""
+        if f"/{_layout.ROUTER_UNIT}" in cgroup or _detached.read_cwd(stat.pid, proc) == folder:
+            found.add(stat.pid)
+    return found
+
+
 def check_ports(ports: list[Mapping[str, Any]], deployment_dir: str | None,
-                proc: Path = _detached.PROC) -> list[str]:
-    """Problems with the ports the instances need: [{port, instance, what}] -> messages."""
+                proc: Path = _detached.PROC, router_dir: str | None = None) -> list[str]:
+    """Problems with the ports the instances need: [{port, instance, what, fix?}] -> messages.
+    A port held by a server of the deployment under ``deployment_dir``, or by the router whose
+    folder is ``router_dir``, is not a problem: it is stopped before its replacement starts."""
     held = listeners([p["port"] for p in ports], proc)
     if not held:
         return []
     ownership = _ownership.find_ownership(deployment_dir, proc)
+    ours = router_pids(router_dir, proc) if router_dir else set()
     problems = []
     for want in ports:
         for lst in (h for h in held if h.port == int(want["port"])):
             owner = ownership.owner(lst.pid) if lst.pid is not None else None
-            if owner is not None:
-                continue  # this deployment's own server: stopped before its replacement starts
+            if owner is not None or (lst.pid is not None and lst.pid in ours):
+                continue  # this deployment's own server or router: stopped before its replacement starts
             holder = f"pid {lst.pid} ({lst.name})" if lst.pid is not None else "a process this user cannot see"
+            fix = want.get("fix") or "or choose other ports (sglang_base_port, sglang_nccl_port_base)"
             problems.append(f"port {want['port']} ({want.get('what', 'HTTP')} port of instance {want['instance']}) "
-                            f"is held by {holder}, which is not this deployment's: stop it, or choose other ports "
-                            "(sglang_base_port, sglang_nccl_port_base)")
+                            f"is held by {holder}, which is not this deployment's: stop it, {fix}")
     return problems
+
+
+def check_commands(commands: list[Mapping[str, Any]], timeout: float = 120.0) -> list[str]:
+    """Problems with commands that must succeed: [{argv, what, fix?, missing_ok?}] -> messages
+    (the last lines of what the command wrote). A command whose program is not there is a
+    problem, or skipped with ``missing_ok`` (the role installs it later in the run)."""
+    problems = []
+    for item in commands:
+        words = [str(w) for w in item["argv"]]
+        what = item.get("what") or "command"
+        fix = f": {item['fix']}" if item.get("fix") else ""
+        program = words[0] if "/" in words[0] else (shutil.which(words[0]) or words[0])
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            if not item.get("missing_ok"):
+                problems.append(f"{what}: {program} is not an executable file on this host{fix}")
+            continue
+        try:
+            done = subprocess.run(words, capture_output=True, text=True, timeout=timeout, check=False,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as err:
+            problems.append(f"{what}: {program} could not be run ({err}){fix}")
+            continue
+        if done.returncode != 0:
+            said = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
+            problems.append(f"{what}: {program} exited {done.returncode}: " + (" | ".join(said) or "(no output)") + fix)
+    return problems
+
+
+def service_manager(wanted: str, proc: Path = _detached.PROC, run_systemd: str = "/run/systemd/system") -> str:
+    """``wanted`` (systemd or process), or for ``auto`` the host's (``_hostfacts``' rule:
+    systemd where PID 1 is systemd and /run/systemd/system exists, else process)."""
+    if wanted in ("systemd", "process"):
+        return wanted
+    return _hostfacts.read_service_manager(proc, run_systemd)
 
 
 def runnable_by(path: str, user: str) -> bool:

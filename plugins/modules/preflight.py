@@ -16,6 +16,9 @@ description:
     O(deployment_dir) (those are stopped before their replacements start). A port held by any
     other process fails the check, naming that process (pid and command line).
   - Every file in O(files) must exist and every program in O(executables) must be executable.
+  - Every command in O(commands) must exit 0 (for example a program's own check of the flags it
+    will be started with).
+  - Returns the service manager to use (O(service_manager), C(auto) resolved on the host).
   - All problems are reported at once. Changes nothing.
 author:
   - llmops.sglang contributors (@llmops)
@@ -38,9 +41,30 @@ options:
         description: What the port is for (C(HTTP), C(NCCL)).
         type: str
         default: HTTP
+      fix:
+        description: What to do when another program holds it (the message says "stop it, " and then this).
+        type: str
   deployment_dir:
     description: The deployment's base folder; ports held by its instances are not a problem.
     type: path
+  router_dir:
+    description:
+      - The folder of a router of the role C(llmops.sglang.router) (C(<base>/router)); ports held by
+        that router are not a problem (its pid file's process group, its unit
+        C(sglang-router.service), or a process working in that folder).
+    type: path
+  service_manager:
+    description:
+      - The service manager asked for; V(auto) is resolved on the host (V(systemd) where PID 1 is
+        systemd and C(/run/systemd/system) exists, else V(process), the rule of
+        M(llmops.sglang.host_facts)) and returned as RV(service_manager).
+    type: str
+    choices: [auto, systemd, process]
+    default: auto
+  subject:
+    description: What cannot start, for the failure message.
+    type: str
+    default: the planned instances
   user:
     description:
       - The user the servers run as; every program in O(executables) must be runnable by that
@@ -80,6 +104,30 @@ options:
       fix:
         description: What to do when it is missing.
         type: str
+  commands:
+    description:
+      - Commands that must exit 0, run as the connecting user without a shell; a failure reports
+        the last lines of what the command wrote.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      argv:
+        description: The command and its arguments.
+        type: list
+        elements: str
+        required: true
+      what:
+        description: What it checks, for the message.
+        type: str
+        default: command
+      fix:
+        description: What to do when it fails.
+        type: str
+      missing_ok:
+        description: Skip the command when its program is not there (it is installed later in the run).
+        type: bool
+        default: false
 attributes:
   check_mode:
     description: Only reads; runs in check mode too.
@@ -103,6 +151,19 @@ EXAMPLES = r"""
       - {path: /models/Qwen3.6-27B/config.json, what: the model's config, fix: set sglang_model_path}
     executables:
       - {path: /opt/sglang/venv/bin/python, what: the server's Python}
+
+- name: Check that the router can start on its ports (its own running router excepted)
+  llmops.sglang.preflight:
+    subject: the router
+    router_dir: /opt/sglang-router/router
+    ports:
+      - {port: 8000, instance: router, fix: or choose another sglang_router_port}
+    executables:
+      - {path: /opt/sglang-router/venv/bin/python, what: the router's Python, fix: run make router}
+    commands:
+      - argv: [/opt/sglang-router/venv/bin/python, -c, "import sglang_router"]
+        what: the router's installation
+  register: __preflight
 """
 
 RETURN = r"""
@@ -115,11 +176,21 @@ problems:
     - >-
       port 30000 (HTTP port of instance gpu0) is held by pid 4242 (nginx - master process), which
       is not this deployment's - stop it, or choose other ports (sglang_base_port, sglang_nccl_port_base)
+service_manager:
+  description: The service manager to use (O(service_manager), with V(auto) resolved on the host).
+  returned: always
+  type: str
+  sample: process
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._preflight import check_paths, check_ports
+from ansible_collections.llmops.sglang.plugins.module_utils._preflight import (
+    check_commands,
+    check_paths,
+    check_ports,
+    service_manager,
+)
 
 
 def main() -> None:
@@ -129,8 +200,12 @@ def main() -> None:
                 "port": {"type": "int", "required": True},
                 "instance": {"type": "str", "required": True},
                 "what": {"type": "str", "default": "HTTP"},
+                "fix": {"type": "str"},
             }},
             "deployment_dir": {"type": "path"},
+            "router_dir": {"type": "path"},
+            "service_manager": {"type": "str", "default": "auto", "choices": ["auto", "systemd", "process"]},
+            "subject": {"type": "str", "default": "the planned instances"},
             "user": {"type": "str"},
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
@@ -142,16 +217,25 @@ def main() -> None:
                 "what": {"type": "str", "default": "program"},
                 "fix": {"type": "str"},
             }},
+            "commands": {"type": "list", "elements": "dict", "default": [], "options": {
+                "argv": {"type": "list", "elements": "str", "required": True},
+                "what": {"type": "str", "default": "command"},
+                "fix": {"type": "str"},
+                "missing_ok": {"type": "bool", "default": False},
+            }},
         },
         supports_check_mode=True,
     )
     params = module.params
     problems = check_paths(params["files"], params["executables"], params["user"]) \
-        + check_ports(params["ports"], params["deployment_dir"])
+        + check_ports(params["ports"], params["deployment_dir"], router_dir=params["router_dir"]) \
+        + check_commands(params["commands"])
+    manager = service_manager(params["service_manager"])
     if problems:
-        module.fail_json(msg=f"the planned instances cannot start on this host ({len(problems)} problem(s)); "
-                             "nothing was changed:\n  - " + "\n  - ".join(problems), problems=problems)
-    module.exit_json(changed=False, problems=[])
+        module.fail_json(msg=f"{params['subject']} cannot start on this host ({len(problems)} problem(s)); "
+                             "nothing was changed:\n  - " + "\n  - ".join(problems), problems=problems,
+                         service_manager=manager)
+    module.exit_json(changed=False, problems=[], service_manager=manager)
 
 
 if __name__ == "__main__":

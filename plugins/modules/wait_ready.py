@@ -6,12 +6,12 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: wait_ready
-short_description: Wait until SGLang instances answer C(/health_generate) with 200
+short_description: Wait until SGLang instances answer C(/health_generate) (or another endpoint) with 200
 version_added: "0.1.0"
 description:
-  - Polls every instance's C(/health_generate) endpoint in parallel, from the host the
-    instances run on, until it answers 200 (one token generated), the instance's process
-    dies, or the instance's timeout passes.
+  - Polls every instance's C(/health_generate) endpoint (or its O(instances[].path)) in
+    parallel, from the host the instances run on, until it answers 200 (one token generated),
+    the instance's process dies, or the instance's timeout passes.
   - Readiness is never judged from an open port or C(/v1/models); both answer before the
     server has warmed up.
   - On failure the module fails naming each instance that is not ready, with the last lines
@@ -32,6 +32,12 @@ options:
         description: Base URL, for example C(http://127.0.0.1:30000).
         type: str
         required: true
+      path:
+        description:
+          - The endpoint polled. The router role waits for a router's C(/health) after its
+            start and C(/readiness) (200 once it has a healthy worker) after registering workers.
+        type: str
+        default: /health_generate
       timeout:
         description: Seconds to wait for this instance.
         type: float
@@ -55,6 +61,10 @@ options:
     description: Seconds one poll may take (a one-token generation).
     type: float
     default: 30
+  what:
+    description: What the instances are, for the failure message (C(instance gpu0 is not ready ...)).
+    type: str
+    default: instance
 author:
   - llmops.sglang contributors (@llmops)
 extends_documentation_fragment:
@@ -73,6 +83,12 @@ EXAMPLES = r"""
     instances:
       - {name: gpu0, url: "http://127.0.0.1:30000", timeout: 900, log_file: /opt/sglang/gpu0/server.log}
       - {name: gpu1, url: "http://127.0.0.1:30001", timeout: 900, log_file: /opt/sglang/gpu1/server.log}
+
+- name: Wait until a router has a healthy worker
+  llmops.sglang.wait_ready:
+    what: router
+    instances:
+      - {name: router-01, url: "http://127.0.0.1:8000", path: /readiness, timeout: 300}
 """
 
 RETURN = r"""
@@ -82,7 +98,7 @@ instances:
   type: dict
   contains:
     ready:
-      description: Whether C(/health_generate) answered 200.
+      description: Whether C(/health_generate) (or the instance's O(instances[].path)) answered 200.
       type: bool
     status:
       description: The last HTTP status (0 = no answer).
@@ -119,6 +135,7 @@ def main() -> None:
                 "options": {
                     "name": {"type": "str", "required": True},
                     "url": {"type": "str", "required": True},
+                    "path": {"type": "str", "default": "/health_generate"},
                     "timeout": {"type": "float", "default": 600},
                     "log_file": {"type": "path"},
                     "pid_file": {"type": "path"},
@@ -129,6 +146,7 @@ def main() -> None:
             "request_timeout": {"type": "float", "default": 30},
             "api_key": {"type": "str", "no_log": True},
             "log_tail_lines": {"type": "int", "default": 50},
+            "what": {"type": "str", "default": "instance"},
         },
         supports_check_mode=True,
     )
@@ -148,7 +166,7 @@ def main() -> None:
         for name in not_ready:
             res = results[name]
             parts.append(
-                f"instance {name} is not ready: {res['reason']}.\n"
+                f"{params['what']} {name} is not ready: {res['reason']}.\n"
                 f"--- last {params['log_tail_lines']} lines of its log ---\n{res['log_tail']}"
             )
         module.fail_json(msg="\n\n".join(parts), instances=results, not_ready=sorted(not_ready))

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _routerplan
 
 from .conftest import ROOT, Deployment, cleanup, free_port_block, group_members, make_inventory
 
@@ -195,6 +198,80 @@ def test_api_key_through_the_router_and_check_mode_first(tmp_path: Path) -> None
         stop_all(dep)
 
 
+def router_only_inventory(tmp_path: Path, **overrides: Any) -> Deployment:
+    """localhost in sglang_routers only (no server host): deploy.yml runs the router alone."""
+    dep = router_inventory(tmp_path, **overrides)
+    inv = yaml.safe_load(dep.inventory.read_text())
+    hostvars = inv["all"]["children"]["sglang_servers"]["hosts"]["localhost"]
+    inv["all"]["children"] = {"sglang_routers": {"hosts": {"localhost": hostvars}}}
+    dep.inventory.write_text(yaml.safe_dump(inv))
+    return dep
+
+
+def test_a_router_moved_to_a_taken_port_is_refused_and_the_old_one_keeps_serving(tmp_path: Path) -> None:
+    """RELIABILITY #16.1: -e sglang_router_port=<a port another program holds> stopped the
+    working router and the new one died on "Address already in use". Now the router's
+    pre-flight refuses before anything stops, naming the holder."""
+    dep = router_only_inventory(tmp_path)
+    holder = socket.socket()
+    try:
+        first = dep.play("deploy.yml")
+        assert first.rc == 0, first.out[-4000:]
+        pid = router_pid(dep)
+        assert pid is not None and alive(pid) and http(router_url(dep) + "/health")[0] == 200
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        moved = dep.play("deploy.yml", sglang_router_port=taken)
+        assert moved.rc != 0, moved.out[-4000:]
+        assert f"port {taken}" in moved.out and f"held by pid {os.getpid()}" in moved.out, moved.out[-4000:]
+        assert moved.changed == 0, moved.out[-4000:]
+        # the working router was not touched: same process, still answering on its port
+        assert router_pid(dep) == pid and alive(pid)
+        assert http(router_url(dep) + "/health")[0] == 200
+        # its own port is not "taken": a re-deploy on it passes its pre-flight and changes nothing
+        again = dep.play("deploy.yml")
+        assert again.rc == 0 and again.changed == 0, again.out[-4000:]
+        assert router_pid(dep) == pid
+    finally:
+        holder.close()
+        stop_all(dep)
+
+
+def test_a_deploy_refused_by_the_plan_gate_does_not_start_the_router(tmp_path: Path) -> None:
+    """RELIABILITY #16.1: the router's play ran before the servers' plan gate, so after stop.yml
+    a deploy refused for an unknown profile had already started the router again."""
+    dep = router_inventory(tmp_path)
+    try:
+        stopped = dep.play("stop.yml")
+        assert stopped.rc == 0, stopped.out[-4000:]
+        refused = dep.play("deploy.yml", sglang_profile="no_such_profile")
+        assert refused.rc != 0 and "no_such_profile" in refused.out, refused.out[-4000:]
+        assert refused.changed == 0, refused.out[-4000:]
+        assert router_pid(dep) is None
+        assert not (Path(dep.extra["sglang_router_base_dir"]) / "router").exists()
+        assert http(router_url(dep) + "/health")[0] == 0
+    finally:
+        stop_all(dep)
+
+
+def test_a_missing_router_python_is_named_with_the_fix_before_anything_changes(tmp_path: Path) -> None:
+    """RELIABILITY #16.11: after `make setup` without `make router` the first deploy failed at
+    "Check the router's flags" with a bare "Error executing command" (rc 2, no stderr)."""
+    missing = tmp_path / "no-venv-router" / "bin" / "python"
+    dep = router_inventory(tmp_path)
+    try:
+        run = dep.play("deploy.yml", sglang_router_python=str(missing))
+        assert run.rc != 0, run.out[-4000:]
+        assert f"the router's Python {missing}" in run.out and "make router" in run.out, run.out[-4000:]
+        assert "sglang_router_install" in run.out and "Error executing command" not in run.out
+        assert run.changed == 0, run.out[-4000:]
+        assert not (Path(dep.extra["sglang_router_base_dir"]) / "router").exists()
+        assert not (dep.base / "deployment.json").exists() and not dep.base.exists()
+    finally:
+        stop_all(dep)
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_router_unit_verifies(tmp_path: Path) -> None:
     base = tmp_path / "opt-sglang-router"
@@ -202,12 +279,16 @@ def test_router_unit_verifies(tmp_path: Path) -> None:
     launch = base / "router" / "launch.sh"
     launch.write_text("#!/bin/sh\nexec sleep 1\n")
     launch.chmod(0o755)
+    # the plan the role renders the unit from (plugin_utils/_routerplan.py); the template decides nothing
+    defaults = yaml.safe_load((ROOT / "roles" / "router" / "defaults" / "main.yml").read_text())
+    defaults.update(sglang_router_base_dir=str(base), sglang_router_user="root", sglang_router_group="root",
+                    sglang_router_host="0.0.0.0", sglang_router_prometheus_host="0.0.0.0",
+                    sglang_router_shutdown_grace_period=30)
+    plan = _routerplan.plan(_routerplan.RouterRequest.from_vars(defaults))
     playbook = tmp_path / "render.yml"
     playbook.write_text(yaml.safe_dump([{
         "name": "Render the unit", "hosts": "localhost", "gather_facts": False,
-        "vars": {"sglang_router_base_dir": str(base), "sglang_router_user": "root", "sglang_router_group": "root",
-                 "__sglang_router": f"{{{{ '{base}' | llmops.sglang.router_layout('0.0.0.0', 8000) }}}}",
-                 "__sglang_router_stop_timeout": 45},
+        "vars": {"__sglang_router_plan": plan},
         "tasks": [{"name": "Template", "ansible.builtin.template": {
             "src": str(ROOT / "roles" / "router" / "templates" / "sglang-router.service.j2"),
             "dest": str(tmp_path / "sglang-router.service"), "mode": "0644"}}],

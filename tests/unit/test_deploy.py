@@ -65,6 +65,22 @@ def test_wait_for_ready_parallel_and_timeout(tmp_path) -> None:
     assert all(u.endswith("/health_generate") for u in fake.calls)
 
 
+def test_wait_for_ready_polls_the_given_endpoint() -> None:
+    """The router role waits through the same loop for a router's /health and /readiness."""
+    seen: list[str] = []
+
+    def router(url: str, timeout: float, api_key: str | None) -> tuple[int, bytes]:
+        seen.append(url)
+        return (200 if len(seen) > 2 else 503), b""
+
+    results = _deploy.wait_for_ready([{"name": "router", "url": "http://r:8000/", "path": "readiness", "timeout": 5}],
+                                     interval=0.01, getter=router)
+    assert results["router"]["ready"] and seen == ["http://r:8000/readiness"] * 3
+    fake = FakeServer({})
+    assert _deploy.wait_for_ready([{"name": "a", "url": "http://a:1"}], getter=fake)["a"]["ready"]
+    assert fake.calls == ["http://a:1/health_generate"]
+
+
 def test_wait_for_ready_fails_fast_when_the_process_died(tmp_path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()

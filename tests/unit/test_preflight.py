@@ -101,3 +101,90 @@ def test_a_program_closed_to_the_service_user(tmp_path: Path) -> None:
                             "(a folder above it or the file itself is closed to that user)"]
     assert pf.runnable_by("/bin/sh", nobody)
     assert pf.runnable_by(str(prog), "no-such-user-yet")  # created by the role later in the run
+
+
+def test_a_port_held_by_this_router_is_fine_and_anyone_elses_is_named(tmp_path: Path) -> None:
+    """The router's pre-flight: its port held by the router of its own folder (re-deploy, or a
+    restart on the same port) passes; held by another program it is refused with the router's fix."""
+    router_dir = tmp_path / "router-base" / "router"
+    router_dir.mkdir(parents=True)
+    sock = _listening()
+    here = os.getcwd()
+    want = [{"port": sock.getsockname()[1], "instance": "router", "what": "HTTP",
+             "fix": "or choose another sglang_router_port / sglang_router_prometheus_port"}]
+    try:
+        port = want[0]["port"]
+        [problem] = pf.check_ports(want, None, router_dir=str(router_dir))
+        assert problem == (f"port {port} (HTTP port of instance router) is held by pid {os.getpid()} "
+                           f"({pf.listeners([port])[0].name}), which is not this deployment's: stop it, "
+                           "or choose another sglang_router_port / sglang_router_prometheus_port")
+        os.chdir(router_dir)  # the launch script and the unit start the router in its folder
+        assert os.getpid() in pf.router_pids(str(router_dir))
+        assert pf.check_ports(want, None, router_dir=str(router_dir)) == []
+        assert pf.check_ports(want, None, router_dir=str(tmp_path / "other" / "router")) != []
+    finally:
+        os.chdir(here)
+        sock.close()
+
+
+def test_a_router_found_by_its_pid_file(tmp_path: Path) -> None:
+    """A router that works elsewhere is still this router when its pid file's process group is
+    its group (detached_service starts it with setsid and records the group)."""
+    import subprocess
+    import time
+
+    from ansible_collections.llmops.sglang.plugins.module_utils import _detached
+
+    router_dir = tmp_path / "router"
+    router_dir.mkdir()
+    pid_file = router_dir / "router.pid"
+    script = ("import os, socket, sys, time\n"
+              "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n"
+              "print(s.getsockname()[1], flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                            start_new_session=True,
+                            env=dict(os.environ, **{_detached.MARKER_ENV: "sglang-router"}))
+    try:
+        port = int(proc.stdout.readline())
+        stat = _detached.read_stat(proc.pid)
+        _detached.write_pid_file(pid_file, _detached.PidRecord(pid=proc.pid, pgid=stat.pgid, starttime=stat.starttime,
+                                                               boot_id=_detached.boot_id(), name="sglang-router"))
+        record = _detached.read_pid_file(pid_file)
+        assert record is not None and record.pgid == proc.pid
+        deadline = time.monotonic() + 30
+        while not pf.listeners([port]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.pid in pf.router_pids(str(router_dir))
+        assert pf.check_ports([{"port": port, "instance": "router"}], None, router_dir=str(router_dir)) == []
+        pid_file.unlink()
+        assert pf.check_ports([{"port": port, "instance": "router"}], None, router_dir=str(router_dir)) != []
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_commands_that_must_succeed(tmp_path: Path) -> None:
+    ok = {"argv": [sys.executable, "-c", "pass"], "what": "a check"}
+    fails = {"argv": [sys.executable, "-c", "import sys; print('one'); sys.exit('it is broken')"],
+             "what": "the router's flags", "fix": "correct them"}
+    missing = {"argv": [str(tmp_path / "nope" / "python"), "-c", "pass"], "what": "the router's flags"}
+    assert pf.check_commands([ok]) == []
+    assert pf.check_commands([dict(missing, missing_ok=True)]) == []  # installed later in the run
+    assert pf.check_commands([fails, missing]) == [
+        f"the router's flags: {sys.executable} exited 1: it is broken: correct them",
+        f"the router's flags: {tmp_path}/nope/python is not an executable file on this host",
+    ]
+
+
+def test_the_service_manager_auto_is_the_hosts(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "1" / "comm").write_text("systemd\n")
+    run_systemd = tmp_path / "run-systemd"
+    assert pf.service_manager("auto", proc, str(run_systemd)) == "process"  # no /run/systemd/system
+    run_systemd.mkdir()
+    assert pf.service_manager("auto", proc, str(run_systemd)) == "systemd"
+    assert pf.service_manager("process", proc, str(run_systemd)) == "process"
+    (proc / "1" / "comm").write_text("tini\n")
+    assert pf.service_manager("auto", proc, str(run_systemd)) == "process"
+    assert pf.service_manager("systemd", proc, str(run_systemd)) == "systemd"
