@@ -66,7 +66,7 @@ def sources(model: Any, draft: Any = None, model_path: str = "", draft_model_pat
     """The host's sources (model first, then the draft), or SourceError for the first bad one.
     An empty ``sglang_model`` falls back to ``sglang_model_path`` (a folder, as before)."""
     out = []
-    for (role, var, path_var), value, path in zip(ROLES, (model, draft), (model_path, draft_model_path)):
+    for (role, var, path_var), value, path in zip(ROLES, (model, draft), (model_path, draft_model_path), strict=True):
         if value:
             if path:
                 raise SourceError(f"both {var} and {path_var} are set: keep one ({var} stages the model and "
