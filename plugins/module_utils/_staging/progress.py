@@ -40,6 +40,7 @@ class Progress:
         if not self.path:
             return
         data = (json.dumps(self.line(state), sort_keys=True) + "\n").encode("utf-8")
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
             os.write(fd, data)
