@@ -111,7 +111,8 @@ def main() -> None:
                          p["repo"], p["revision"], token)
     except StageError as exc:
         module.fail_json(msg=str(exc).replace(token, "***") if token else str(exc), **exc.details)
-    module.exit_json(changed=False, commit=commit, requested=p["revision"])
+    else:
+        module.exit_json(changed=False, commit=commit, requested=p["revision"])
 
 
 if __name__ == "__main__":

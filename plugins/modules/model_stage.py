@@ -78,6 +78,20 @@ options:
     description: Added to every progress line (for example the host name).
     type: dict
     default: {}
+  keep_revisions:
+    description:
+      - After a successful staging, remove this repo's other revisions under O(cache_dir) down to
+        this many in all, newest first; the staged revision and every revision named in the
+        O(in_use_files) are always kept. V(0) keeps everything.
+    type: int
+    default: 0
+  in_use_files:
+    description:
+      - Files whose text names the revisions in use (the host's deployment manifest); a revision
+        whose commit appears in one is never removed. Missing files are skipped.
+    type: list
+    elements: path
+    default: []
 attributes:
   check_mode:
     description: Lists and checks the room; reports what it would download, writes nothing.
@@ -152,16 +166,33 @@ marker:
   description: The completion marker's path.
   returned: always
   type: str
+pruned:
+  description: The commits of this repo removed (with O(keep_revisions); in check mode, those that would be).
+  returned: success
+  type: list
+  elements: str
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils._staging import prune
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.credentials import read_token
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.errors import StageError
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.hub import DEFAULT_ENDPOINT
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.stage import Request, stage
+
+
+def _texts(paths: list[str]) -> list[str]:
+    out = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                out.append(fh.read())
+        except OSError:
+            continue
+    return out
 
 
 def main() -> None:
@@ -178,6 +209,8 @@ def main() -> None:
             "reserve_gib": {"type": "float", "default": 1.0},
             "progress_file": {"type": "path"},
             "labels": {"type": "dict", "default": {}},
+            "keep_revisions": {"type": "int", "default": 0},
+            "in_use_files": {"type": "list", "elements": "path", "default": []},
         },
         mutually_exclusive=[("token", "token_file")],
         supports_check_mode=True,
@@ -197,7 +230,13 @@ def main() -> None:
     except StageError as exc:
         msg = str(exc).replace(token, "***") if token else str(exc)
         module.fail_json(msg=msg, **exc.details)
-    module.exit_json(**result.to_json())
+    else:
+        pruned = prune.plan(p["cache_dir"], p["repo"], p["keep_revisions"], p["revision"], _texts(p["in_use_files"]))
+        if not module.check_mode:
+            for commit in pruned:
+                prune.remove(p["cache_dir"], p["repo"], commit)
+        out = result.to_json()
+        module.exit_json(**{**out, "changed": out["changed"] or bool(pruned), "pruned": pruned})
 
 
 if __name__ == "__main__":

@@ -283,3 +283,35 @@ def test_token_sources(tmp_path):
     assert read_token(None, None, {}) is None
     with pytest.raises(StageError, match="cannot be read"):
         read_token(None, str(tmp_path / "missing"), {})
+
+
+def _fake_revision(cache: Path, repo: str, commit: str, complete: bool, when: float) -> None:
+    lay = Layout(str(cache), repo, commit)
+    Path(lay.snapshot).mkdir(parents=True)
+    (Path(lay.snapshot) / "config.json").write_text("{}")
+    if complete:
+        Path(lay.marker).parent.mkdir(parents=True, exist_ok=True)
+        Path(lay.marker).write_text("{}")
+        os.utime(lay.marker, (when, when))
+
+
+def test_prune_keeps_the_staged_the_serving_and_the_newest_up_to_keep(tmp_path):
+    from ansible_collections.llmops.sglang.plugins.module_utils._staging import prune
+
+    repo = "org/m"
+    c = {n: f"{n:040x}" for n in range(1, 6)}
+    for n in (1, 2, 3, 4):
+        _fake_revision(tmp_path, repo, c[n], complete=True, when=1000.0 + n)
+    _fake_revision(tmp_path, repo, c[5], complete=False, when=0)  # a staging that never completed
+    manifest = json.dumps({"instances": [{"argv": ["--model-path", Layout(str(tmp_path), repo, c[1]).snapshot]}]})
+    # staging c4 while c1 serves: keep 2 = the staged one and the serving one
+    assert prune.plan(str(tmp_path), repo, 2, c[4], [manifest]) == [c[2], c[3], c[5]]
+    # keep 3: and the newest other complete one
+    assert prune.plan(str(tmp_path), repo, 3, c[4], [manifest]) == [c[2], c[5]]
+    assert prune.plan(str(tmp_path), repo, 0, c[4], [manifest]) == []
+    # nothing serves: the staged one and the newest
+    assert prune.plan(str(tmp_path), repo, 2, c[1], []) == [c[2], c[3], c[5]]
+    for commit in prune.plan(str(tmp_path), repo, 2, c[4], [manifest]):
+        prune.remove(str(tmp_path), repo, commit)
+    assert prune.candidates(str(tmp_path), repo) == sorted([c[1], c[4]])
+    assert Path(Layout(str(tmp_path), repo, c[1]).marker).exists()
