@@ -112,3 +112,16 @@ def test_deploy_with_a_hub_id_stages_then_plans_from_the_staged_config(tmp_path,
         assert info["model_type"]
     finally:
         cleanup(dep)
+
+
+def test_tags_plan_plans_from_what_is_staged_and_downloads_nothing(tmp_path, hub):
+    dep = _inventory(tmp_path, hub, sglang_model={"repo": "llmops-test/tiny-qwen", "revision": _commit(hub)})
+    fresh = _play(dep, "deploy.yml", "--tags", "plan", "-e", "profile=baseline")
+    assert fresh.rc != 0 and "no config.json could be read there" in fresh.out, fresh.out[-3000:]
+    assert hub.log == []  # nothing staged, nothing asked: a pinned commit needs no resolution
+    assert _play(dep, "stage.yml").rc == 0
+    n = len(hub.log)
+    run = _play(dep, "deploy.yml", "--tags", "plan", "-e", "profile=baseline")
+    assert run.rc == 0 and run.changed == 0, run.out[-4000:]
+    assert "models--llmops-test--tiny-qwen/snapshots/" + _commit(hub) in run.out
+    assert len(hub.log) == n and not (tmp_path / "sglang" / "deployment.json").exists()
