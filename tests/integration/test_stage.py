@@ -57,6 +57,8 @@ def test_stage_playbook_stages_then_reruns_with_one_request_and_never_shows_the_
     first = _play(dep, "stage.yml", "-vvv")
     assert first.rc == 0, first.out[-4000:]
     assert first.changed == 1
+    # the wait action's progress line (the last one at least: the local hub is fast)
+    assert "staging: localhost llmops-test/tiny-qwen: 6/6 files, 0.01/0.01 GB," in first.out
     snapshot = tmp_path / "models" / "models--llmops-test--tiny-qwen" / "snapshots" / _commit(hub)
     assert (snapshot / "config.json").is_file()
     assert (tmp_path / "models" / "models--llmops-test--tiny-qwen" / "complete" / f"{_commit(hub)}.json").is_file()

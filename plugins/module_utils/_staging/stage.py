@@ -174,6 +174,8 @@ def stage(req: Request) -> Result:
     req.validate()
     lay = Layout(req.cache_dir, req.repo, req.commit)
     result = Result(path=lay.snapshot, commit=req.commit, marker=lay.marker)
+    if req.progress_file and not req.check_mode and os.path.lexists(req.progress_file):
+        os.unlink(req.progress_file)  # the lines are this run's: a watcher never shows a past run's
     hashed: dict[str, str | None] = {}
     marked = _marker_good(req, lay)
     if marked is not None:
