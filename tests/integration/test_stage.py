@@ -127,3 +127,11 @@ def test_tags_plan_plans_from_what_is_staged_and_downloads_nothing(tmp_path, hub
     assert run.rc == 0 and run.changed == 0, run.out[-4000:]
     assert "models--llmops-test--tiny-qwen/snapshots/" + _commit(hub) in run.out
     assert len(hub.log) == n and not (tmp_path / "sglang" / "deployment.json").exists()
+
+
+def test_check_mode_lists_and_checks_room_and_writes_nothing(tmp_path, hub):
+    dep = _inventory(tmp_path, hub)
+    run = _play(dep, "stage.yml", "--check")
+    assert run.rc == 0 and run.changed == 1, run.out[-4000:]
+    assert not (tmp_path / "models").exists()
+    assert not hub.requests("cdn") and not [r for r in hub.log if r.method == "HEAD"]
