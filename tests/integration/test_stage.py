@@ -1,0 +1,137 @@
+"""playbooks/stage.yml and deploy.yml with a Hub model id, against tests/hubserver.py (a local
+stand-in for the Hub; HF_ENDPOINT points the real, pinned huggingface_hub at it)."""
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hubserver import HubServer, demo_repo
+
+from .conftest import ROOT, Deployment, cleanup, finished, make_inventory
+
+pytestmark = pytest.mark.integration
+TOKEN = "hf_IntegrationTokenNeverShown42"
+
+
+@pytest.fixture
+def hub() -> Iterator[HubServer]:
+    with HubServer([demo_repo()], token=TOKEN) as srv:
+        yield srv
+
+
+def _inventory(tmp_path: Path, hub: HubServer, **overrides) -> Deployment:
+    token_file = tmp_path / "hf_token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    return make_inventory(tmp_path, **{
+        "sglang_model_path": "",
+        "sglang_model": {"repo": "llmops-test/tiny-qwen", "revision": "main"},
+        "sglang_hf_endpoint": hub.endpoint,
+        "sglang_hf_token_file": str(token_file),
+        "sglang_model_cache_dir": str(tmp_path / "models"),
+        "sglang_model_stage_install": False,
+        "sglang_model_stage_python": str(Path(__import__("sys").executable)),
+        **overrides})
+
+
+def _play(dep: Deployment, playbook: str, *args: str, env: dict[str, str] | None = None, **extra):
+    # HF_TOKEN in the controller's environment: the token of the revision's resolution there
+    proc = subprocess.run(dep.command(playbook, *args, **extra), cwd=ROOT,
+                          env={**dep.env(), "HF_TOKEN": TOKEN, **(env or {})},
+                          capture_output=True, text=True, timeout=600, check=False)
+    return finished(proc.returncode, proc.stdout + proc.stderr)
+
+
+def _commit(hub: HubServer) -> str:
+    return hub.repos["llmops-test/tiny-qwen"].commit
+
+
+def test_stage_playbook_stages_then_reruns_with_one_request_and_never_shows_the_token(tmp_path, hub):
+    """The controller resolves main once (the hub, with the token from the controller's
+    environment), the host stages with the token from its 0600 file; -vvv shows it nowhere."""
+    dep = _inventory(tmp_path, hub)
+    first = _play(dep, "stage.yml", "-vvv")
+    assert first.rc == 0, first.out[-4000:]
+    assert first.changed == 1
+    # the wait action's progress line (the last one at least: the local hub is fast)
+    assert "staging: localhost llmops-test/tiny-qwen: 6/6 files, 0.01/0.01 GB," in first.out
+    snapshot = tmp_path / "models" / "models--llmops-test--tiny-qwen" / "snapshots" / _commit(hub)
+    assert (snapshot / "config.json").is_file()
+    assert (tmp_path / "models" / "models--llmops-test--tiny-qwen" / "complete" / f"{_commit(hub)}.json").is_file()
+    n = len(hub.log)
+    again = _play(dep, "stage.yml", "-vvv")
+    assert again.rc == 0 and again.changed == 0, again.out[-4000:]
+    later = hub.log[n:]
+    assert [(r.method, r.path) for r in later] == [("GET", "/api/models/llmops-test/tiny-qwen/revision/main")]
+    for out in (first.out, again.out):
+        assert TOKEN not in out
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.name != "hf_token":
+            assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_pinned_commit_offline_rerun_makes_no_request(tmp_path, hub):
+    dep = _inventory(tmp_path, hub, sglang_model={"repo": "llmops-test/tiny-qwen", "revision": _commit(hub)})
+    assert _play(dep, "stage.yml").rc == 0
+    n = len(hub.log)
+    again = _play(dep, "stage.yml", sglang_hf_offline=True)
+    assert again.rc == 0 and again.changed == 0, again.out[-4000:]
+    assert len(hub.log) == n
+
+
+def test_no_room_fails_with_the_numbers_before_any_download(tmp_path, hub):
+    dep = _inventory(tmp_path, hub)
+    run = _play(dep, "stage.yml", env={"LLMOPS_SGLANG_STAGE_FREE_BYTES": "1000000"})
+    assert run.rc != 0
+    assert "not enough disk space at" in run.out and "need " in run.out and "have 1000000 bytes" in run.out
+    assert not hub.requests("cdn") and not [r for r in hub.log if r.method == "HEAD"]
+    assert not (tmp_path / "models" / "models--llmops-test--tiny-qwen" / "snapshots").exists()
+
+
+def test_bad_source_fails_on_the_controller_before_any_request(tmp_path, hub):
+    dep = _inventory(tmp_path, hub, sglang_model={"repo": "not a repo id", "revision": "main"})
+    run = _play(dep, "deploy.yml")
+    assert run.rc != 0 and "sglang_model.repo='not a repo id' is not a Hub repository id" in run.out
+    assert hub.log == [] and not (tmp_path / "sglang").exists()
+
+
+def test_deploy_with_a_hub_id_stages_then_plans_from_the_staged_config(tmp_path, hub):
+    dep = _inventory(tmp_path, hub)
+    try:
+        run = _play(dep, "deploy.yml", "-e", "profile=baseline")
+        assert run.rc == 0, run.out[-6000:]
+        snapshot = str(tmp_path / "models" / "models--llmops-test--tiny-qwen" / "snapshots" / _commit(hub))
+        manifest = dep.manifest()
+        assert manifest["instances"]
+        for inst in manifest["instances"]:
+            script = Path(inst["paths"]["launch_script"]).read_text()
+            assert f"--model-path\n  {snapshot}\n" in script, script
+        info = json.loads((Path(snapshot) / "config.json").read_text())
+        assert info["model_type"]
+    finally:
+        cleanup(dep)
+
+
+def test_tags_plan_plans_from_what_is_staged_and_downloads_nothing(tmp_path, hub):
+    dep = _inventory(tmp_path, hub, sglang_model={"repo": "llmops-test/tiny-qwen", "revision": _commit(hub)})
+    fresh = _play(dep, "deploy.yml", "--tags", "plan", "-e", "profile=baseline")
+    assert fresh.rc != 0 and "no config.json could be read there" in fresh.out, fresh.out[-3000:]
+    assert hub.log == []  # nothing staged, nothing asked: a pinned commit needs no resolution
+    assert _play(dep, "stage.yml").rc == 0
+    n = len(hub.log)
+    run = _play(dep, "deploy.yml", "--tags", "plan", "-e", "profile=baseline")
+    assert run.rc == 0 and run.changed == 0, run.out[-4000:]
+    assert "models--llmops-test--tiny-qwen/snapshots/" + _commit(hub) in run.out
+    assert len(hub.log) == n and not (tmp_path / "sglang" / "deployment.json").exists()
+
+
+def test_check_mode_lists_and_checks_room_and_writes_nothing(tmp_path, hub):
+    dep = _inventory(tmp_path, hub)
+    run = _play(dep, "stage.yml", "--check")
+    assert run.rc == 0 and run.changed == 1, run.out[-4000:]
+    assert not (tmp_path / "models").exists()
+    assert not hub.requests("cdn") and not [r for r in hub.log if r.method == "HEAD"]
