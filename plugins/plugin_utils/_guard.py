@@ -1,0 +1,405 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The rollout guard's decision (controller side): canary instances against baseline instances
+(still on the old configuration) over the same window, from the servers' own ``/metrics``.
+
+Input: per instance two scrapes of ``/metrics`` (start and end of the window, parsed by
+``module_utils/_servermetrics.parse``, which reads real SGLang 0.5.17 text) and the window's
+length. Output: ``pass``, ``fail`` or ``inconclusive`` (too little traffic to judge), with
+every value measured on each side, every check and the reason. docs/fleet.md "The rollout
+guard" explains each key of ``sglang_rollout_guard`` and why it is compared the way it is.
+
+What is compared (names of SGLang 0.5.17; see rollout-guard facts):
+- errors: 4xx/5xx of ``http_responses_total`` on the generation endpoints plus
+  ``num_aborted_requests_total`` (absent until the first abort: read as 0), out of the
+  generation responses; a one-sided conditional binomial test (given the errors of both sides,
+  how likely is the canary's share of them if both had the same rate);
+- TTFT and ITL: window histograms (cumulative buckets subtracted, ``is_streaming`` series
+  summed), quantiles as Prometheus' ``histogram_quantile`` and the exact window mean. A
+  quantile inside the first bucket (TTFT: below 100 ms by default) is only known to be below
+  that bound: the canary then passes, and a baseline there is taken at the bound (never
+  flagging a regression the buckets cannot show);
+- throughput per running request: generation tokens / seconds / mean running requests;
+- speculative accept length: generation tokens / verify calls, when both sides speculate.
+
+A counter that went down between the scrapes is a restart: the instance's window is counted
+from its restart (its end scrape alone) and its throughput is not used (the time since the
+restart is unknown).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _servermetrics as sm
+
+Scrape = dict[str, Any]
+PASS, FAIL, INCONCLUSIVE, NOT_MEASURED = "pass", "fail", "inconclusive", "not measured"
+GENERATION_ENDPOINTS = ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses")
+HISTOGRAMS = {"ttft": "time_to_first_token_seconds", "itl": "inter_token_latency_seconds"}
+
+
+class GuardThresholds(TypedDict):
+    """``sglang_rollout_guard``: every key optional, defaults in DEFAULTS."""
+    min_requests: int
+    error_alpha: float
+    max_error_rate_increase: float
+    count_client_errors: bool
+    latency_quantiles: list[float]
+    max_ttft_ratio: float
+    max_itl_ratio: float
+    ttft_slack_s: float
+    itl_slack_s: float
+    min_throughput_ratio: float
+    max_accept_length_drop: float
+
+
+DEFAULTS: GuardThresholds = {
+    "min_requests": 50,
+    "error_alpha": 0.01,
+    "max_error_rate_increase": 0.0,
+    "count_client_errors": True,
+    "latency_quantiles": [0.5, 0.9],
+    "max_ttft_ratio": 1.5,
+    "max_itl_ratio": 1.5,
+    "ttft_slack_s": 0.02,
+    "itl_slack_s": 0.002,
+    "min_throughput_ratio": 0.67,
+    "max_accept_length_drop": 0.2,
+}
+
+
+DIFFERENT_BUCKETS = ("instances serve different histogram buckets (--bucket-time-to-first-token / "
+                     "--bucket-inter-token-latency): set the same buckets on every instance")
+
+
+class GuardError(ValueError):
+    """A bad ``sglang_rollout_guard`` or unusable metric windows; the message names the fix."""
+
+
+def thresholds(overrides: Mapping[str, Any] | None = None) -> GuardThresholds:
+    """DEFAULTS with the user's ``sglang_rollout_guard`` applied, every key checked."""
+    out: dict[str, Any] = dict(DEFAULTS)
+    for key, value in (overrides or {}).items():
+        if key not in DEFAULTS:
+            raise GuardError(f"sglang_rollout_guard: unknown key {key!r}; the keys are {', '.join(DEFAULTS)}")
+        default = DEFAULTS[key]  # type: ignore[literal-required]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, list):
+            ok = (isinstance(value, list) and bool(value)
+                  and all(isinstance(q, (int, float)) and not isinstance(q, bool) and 0 < q < 1 for q in value))
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+        if not ok:
+            raise GuardError(f"sglang_rollout_guard.{key}={value!r} is not valid: it takes "
+                             f"{'true or false' if isinstance(default, bool) else 'a list of quantiles in (0, 1)' if isinstance(default, list) else 'a number >= 0'} (default {default!r})")
+        out[key] = list(value) if isinstance(value, list) else value
+    if out["min_requests"] < 1:
+        raise GuardError("sglang_rollout_guard.min_requests must be at least 1")
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# One instance's window
+
+
+@dataclass
+class Histogram:
+    """A window histogram: upper bounds (ascending, +Inf last) -> count in that bucket alone."""
+    bounds: list[float] = field(default_factory=list)
+    counts: list[float] = field(default_factory=list)
+    total: float = 0.0
+    sum: float = 0.0
+
+    def add(self, other: Histogram) -> None:
+        if not other.bounds:
+            return
+        if self.bounds and self.bounds != other.bounds:
+            raise GuardError(DIFFERENT_BUCKETS)
+        if not self.bounds:
+            self.bounds, self.counts = list(other.bounds), [0.0] * len(other.bounds)
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+        self.sum += other.sum
+
+
+def _cumulative(scrape: Scrape, name: str) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for labels, value in scrape["series"].get(f"{name}_bucket", []):
+        le = float(labels.get("le", "nan"))
+        if not math.isnan(le) and not math.isnan(value):
+            out[le] = out.get(le, 0.0) + value  # is_streaming series summed
+    return out
+
+
+def window_histogram(start: Scrape | None, end: Scrape, name: str) -> Histogram:
+    """end - start of a histogram, per bucket (start None: since the restart)."""
+    last = _cumulative(end, name)
+    first = _cumulative(start, name) if start is not None else {}
+    bounds = sorted(last)
+    cum = [last[b] - first.get(b, 0.0) for b in bounds]
+    counts = [c - (cum[i - 1] if i else 0.0) for i, c in enumerate(cum)]
+    total = cum[-1] if cum else 0.0
+    s = (sm.total(end, f"{name}_sum") or 0.0) - ((sm.total(start, f"{name}_sum") or 0.0) if start else 0.0)
+    return Histogram(bounds, counts, total, s)
+
+
+def quantile(hist: Histogram, q: float) -> tuple[float | None, float, float]:
+    """(value, bucket lower bound, bucket upper bound) as Prometheus' histogram_quantile: the
+    first bucket whose cumulative count reaches q x total, linear inside it (lower bound 0 for
+    the first bucket). In +Inf only "above the last bound" is known: value None."""
+    if hist.total <= 0:
+        return None, 0.0, 0.0
+    rank, seen, lower = q * hist.total, 0.0, 0.0
+    for bound, count in zip(hist.bounds, hist.counts, strict=True):
+        if count > 0 and seen + count >= rank:
+            if math.isinf(bound):
+                return None, lower, bound
+            return lower + (bound - lower) * (rank - seen) / count, lower, bound
+        seen += count
+        lower = bound
+    return None, lower, math.inf
+
+
+def _went_down(start: Scrape, end: Scrape) -> bool:
+    for name, rows in start["series"].items():
+        if not (name.endswith("_total") or name.endswith("_bucket") or name.endswith("_count")):
+            continue
+        after = {tuple(sorted(labels.items())): v for labels, v in end["series"].get(name, [])}
+        for labels, value in rows:
+            if after.get(tuple(sorted(labels.items())), 0.0) < value:
+                return True
+    return False
+
+
+def _responses(scrape: Scrape | None) -> tuple[float, float, float]:
+    """(generation responses, 4xx, 5xx) counted so far."""
+    every = client = server = 0.0
+    for labels, value in (scrape or {"series": {}})["series"].get("http_responses_total", []):
+        if labels.get("endpoint") not in GENERATION_ENDPOINTS:
+            continue
+        every += value
+        status = labels.get("status_code", "")
+        client += value if status.startswith("4") else 0.0
+        server += value if status.startswith("5") else 0.0
+    return every, client, server
+
+
+def _running(start: Scrape | None, end: Scrape) -> float | None:
+    values = [v for v in (sm.total(s, "num_running_reqs") for s in (start, end) if s is not None) if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def instance_window(start: Scrape | str | None, end: Scrape | str, seconds: float, *,
+                    running_mean: float | None = None) -> dict[str, Any]:
+    """One instance's counters over the window. ``start`` None or a scrape whose counters are
+    above ``end``'s (a restart): counted from the restart. ``running_mean``: the mean of
+    ``num_running_reqs`` sampled during the window (else the mean of the two scrapes')."""
+    start = sm.parse(start) if isinstance(start, str) else start
+    end = sm.parse(end) if isinstance(end, str) else end
+    restarted = start is None or _went_down(start, end)
+    base = None if restarted else start
+
+    def delta(name: str) -> float:
+        return (sm.total(end, name) or 0.0) - ((sm.total(base, name) or 0.0) if base else 0.0)
+
+    r1, c1, s1 = _responses(end)
+    r0, c0, s0 = _responses(base)
+    spec = sm.spec_enabled(end)
+    running = running_mean if running_mean is not None else _running(base, end)
+    return {
+        "restarted": restarted,
+        "seconds": None if restarted else float(seconds),
+        "responses": r1 - r0,
+        "finished": delta("num_requests_total"),
+        "client_errors": c1 - c0,
+        "server_errors": s1 - s0,
+        "aborted": delta("num_aborted_requests_total"),
+        "generation_tokens": delta("generation_tokens_total"),
+        "spec": spec,
+        "verify_calls": delta("spec_verify_calls_total") if spec else 0.0,
+        "running_mean": running,
+        "histograms": {key: window_histogram(base, end, name) for key, name in HISTOGRAMS.items()},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# A side (canary or baseline): the instances' windows summed
+
+
+def side(windows: Sequence[Mapping[str, Any]], limits: GuardThresholds) -> dict[str, Any]:
+    """Sums over the instances of one side and the values the guard compares."""
+    keys = ("responses", "finished", "client_errors", "server_errors", "aborted", "generation_tokens", "verify_calls")
+    out: dict[str, Any] = {k: sum(w[k] for w in windows) for k in keys}
+    out["instances"] = len(windows)
+    out["restarted"] = sum(1 for w in windows if w["restarted"])
+    requests = max(out["responses"], out["finished"])
+    errors = out["server_errors"] + out["aborted"] + (out["client_errors"] if limits["count_client_errors"] else 0)
+    out["requests"], out["errors"] = requests, errors
+    out["error_rate"] = errors / requests if requests else None
+    timed = [w for w in windows if w["seconds"] and w["running_mean"]]
+    busy = sum(w["seconds"] * w["running_mean"] for w in timed)
+    out["throughput_per_running"] = (sum(w["generation_tokens"] for w in timed) / busy) if busy > 0 else None
+    out["spec"] = bool(windows) and all(w["spec"] for w in windows)
+    out["accept_length"] = (out["generation_tokens"] / out["verify_calls"]
+                            if out["spec"] and out["verify_calls"] > 0 else None)
+    for key in HISTOGRAMS:
+        hist = Histogram()
+        for w in windows:
+            hist.add(w["histograms"][key])
+        out[key] = {"count": hist.total, "mean": hist.sum / hist.total if hist.total > 0 else None,
+                    "first_bound": hist.bounds[0] if hist.bounds else None, "bounds": hist.bounds,
+                    "quantiles": {str(q): _q(hist, q) for q in limits["latency_quantiles"]}}
+    return out
+
+
+def _q(hist: Histogram, q: float) -> dict[str, Any]:
+    value, lower, upper = quantile(hist, q)
+    return {"value": value, "lower": lower, "upper": upper, "first_bucket": lower == 0.0 and hist.total > 0}
+
+
+# --------------------------------------------------------------------------------------------
+# The checks
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), in log space (large n)."""
+    if k <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+             + (n - i) * math.log1p(-p) for i in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+def _check(name: str, verdict: str, canary: Any, baseline: Any, limit: str, why: str) -> dict[str, Any]:
+    return {"check": name, "verdict": verdict, "canary": canary, "baseline": baseline, "limit": limit, "why": why}
+
+
+def check_errors(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds) -> dict[str, Any]:
+    """Any error-rate increase beyond noise: the canary's share of all errors against its share
+    of all requests (conditional binomial test, one-sided); judged even on little traffic, since
+    a canary failing most of few requests is already significant."""
+    ec, eb = int(round(can["errors"])), int(round(base["errors"]))
+    nc, nb = can["requests"], base["requests"]
+    rate_c, rate_b = can["error_rate"], base["error_rate"]
+    if not nc:
+        return _check("error_rate", INCONCLUSIVE, rate_c, rate_b, "", "no request reached the canary")
+    if not nb:
+        return _check("error_rate", INCONCLUSIVE, rate_c, rate_b, "", "no request reached the baseline")
+    p_value = binomial_tail(ec, ec + eb, nc / (nc + nb))
+    limit = f"p < {limits['error_alpha']} and rate above baseline + {limits['max_error_rate_increase']}"
+    worse = rate_c > rate_b + limits["max_error_rate_increase"]
+    if worse and p_value < limits["error_alpha"]:
+        return _check("error_rate", FAIL, rate_c, rate_b, limit,
+                      f"canary {ec} errors of {nc:.0f} requests against baseline {eb} of {nb:.0f}: "
+                      f"p = {p_value:.2g}, not noise")
+    if min(nc, nb) < limits["min_requests"] and ec > 0:
+        return _check("error_rate", INCONCLUSIVE, rate_c, rate_b, limit,
+                      f"{ec} canary errors, p = {p_value:.2g}, on fewer than {limits['min_requests']} requests a side")
+    return _check("error_rate", PASS, rate_c, rate_b, limit, f"p = {p_value:.2g}")
+
+
+def _bounded(entry: Mapping[str, Any], first_bound: float | None) -> float | None:
+    """A quantile as the guard compares it: inside the first bucket, the bound (only "below it"
+    is known); in +Inf, the last bound (only "above it" is known)."""
+    if entry["first_bucket"] and first_bound is not None:
+        return first_bound
+    return entry["value"] if entry["value"] is not None else entry["lower"]
+
+
+def check_latency(key: str, can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds
+                  ) -> list[dict[str, Any]]:
+    """Canary latency above ratio x baseline + slack, on each quantile and on the exact mean."""
+    ratio, slack = limits[f"max_{key}_ratio"], limits[f"{key}_slack_s"]  # type: ignore[literal-required]
+    c, b = can[key], base[key]
+    limit = f"<= {ratio} x baseline + {slack} s"
+    out = []
+    if c["count"] < limits["min_requests"] or b["count"] < limits["min_requests"]:
+        return [_check(f"{key}", INCONCLUSIVE, c["count"], b["count"], limit,
+                       f"{key} observations below min_requests ({limits['min_requests']})")]
+    for q, centry in c["quantiles"].items():
+        bentry = b["quantiles"][q]
+        name = f"{key}_p{float(q) * 100:g}"
+        if centry["first_bucket"]:
+            out.append(_check(name, PASS, f"< {c['first_bound']}", bentry["value"], limit,
+                              f"canary inside the first bucket (< {c['first_bound']} s): no regression visible"))
+            continue
+        cv, bv = _bounded(centry, c["first_bound"]), _bounded(bentry, b["first_bound"])
+        shown_b = f"< {b['first_bound']}" if bentry["first_bucket"] else bv
+        if cv is None or bv is None:
+            out.append(_check(name, INCONCLUSIVE, cv, shown_b, limit, "no value"))
+            continue
+        bad = cv > ratio * bv + slack
+        out.append(_check(name, FAIL if bad else PASS, round(cv, 6), shown_b, limit,
+                          f"canary {cv:.4g} s against {ratio} x {bv:.4g} s + {slack} s"))
+    cm, bm = c["mean"], b["mean"]
+    bad = cm is not None and bm is not None and cm > ratio * bm + slack
+    out.append(_check(f"{key}_mean", FAIL if bad else PASS, cm, bm, limit, "exact window mean (delta sum / count)"))
+    return out
+
+
+def check_throughput(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds) -> dict[str, Any]:
+    c, b = can["throughput_per_running"], base["throughput_per_running"]
+    limit = f">= {limits['min_throughput_ratio']} x baseline"
+    if c is None or b is None or b <= 0:
+        return _check("throughput_per_running", NOT_MEASURED, c, b, limit,
+                      "no running request sampled, or every instance of a side restarted in the window")
+    bad = c < limits["min_throughput_ratio"] * b
+    return _check("throughput_per_running", FAIL if bad else PASS, round(c, 4), round(b, 4), limit,
+                  f"generation tokens / s / running request: ratio {c / b:.3f}")
+
+
+def check_accept(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds) -> dict[str, Any] | None:
+    if not (can["spec"] and base["spec"]):
+        return None
+    c, b = can["accept_length"], base["accept_length"]
+    limit = f">= (1 - {limits['max_accept_length_drop']}) x baseline"
+    if c is None or b is None:
+        return _check("spec_accept_length", INCONCLUSIVE, c, b, limit, "no verify call in the window")
+    bad = c < (1 - limits["max_accept_length_drop"]) * b
+    return _check("spec_accept_length", FAIL if bad else PASS, round(c, 4), round(b, 4), limit,
+                  "generation tokens / verify calls")
+
+
+def decide(canary: Iterable[Mapping[str, Any]], baseline: Iterable[Mapping[str, Any]],
+           overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The decision: ``fail`` when any check fails; else ``inconclusive`` when either side saw
+    fewer than ``min_requests`` requests (or a check could not be made); else ``pass``.
+    ``canary`` / ``baseline``: ``instance_window`` results."""
+    limits = thresholds(overrides)
+    can, base = side(list(canary), limits), side(list(baseline), limits)
+    if not can["instances"] or not base["instances"]:
+        raise GuardError("the guard needs at least one canary and one baseline instance")
+    for key in HISTOGRAMS:
+        if can[key]["bounds"] and base[key]["bounds"] and can[key]["bounds"] != base[key]["bounds"]:
+            raise GuardError(f"{key}: canary and baseline: {DIFFERENT_BUCKETS}")
+    checks = [check_errors(can, base, limits)]
+    for key in HISTOGRAMS:
+        checks += check_latency(key, can, base, limits)
+    checks.append(check_throughput(can, base, limits))
+    accept = check_accept(can, base, limits)
+    if accept is not None:
+        checks.append(accept)
+    failed = [c for c in checks if c["verdict"] == FAIL]
+    little = [s for s, v in (("canary", can), ("baseline", base)) if v["requests"] < limits["min_requests"]]
+    if failed:
+        decision, reason = FAIL, "; ".join(f"{c['check']}: {c['why']}" for c in failed)
+    elif little:
+        decision = INCONCLUSIVE
+        reason = (f"too little traffic: {' and '.join(little)} below min_requests={limits['min_requests']} "
+                  f"(canary {can['requests']:.0f}, baseline {base['requests']:.0f} requests)")
+    elif any(c["verdict"] == INCONCLUSIVE for c in checks):
+        decision = INCONCLUSIVE
+        reason = "; ".join(f"{c['check']}: {c['why']}" for c in checks if c["verdict"] == INCONCLUSIVE)
+    else:
+        decision, reason = PASS, "every check within its limit"
+    return {"decision": decision, "reason": reason, "checks": checks, "canary": can, "baseline": base,
+            "thresholds": dict(limits)}
