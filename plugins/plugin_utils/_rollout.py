@@ -55,3 +55,90 @@ def rollout_batches(plan: Mapping[str, Any], restart: Sequence[str], running: Se
         batches += [batch(g, False) for g in groups]
     batches += [batch(g, True) for g in _chunks(replace, size)]
     return batches, warnings
+
+
+# --------------------------------------------------------------------------------------------
+# The capacity floor: how many instances stay in the routers while hosts roll in batches
+
+
+class RolloutError(ValueError):
+    """A rollout that cannot keep its capacity floor; the message names the values and the fix."""
+
+
+def _count_or_percent(value: Any, of: int, name: str, *, round_up: bool) -> int:
+    """``N`` or ``"N"`` (a count) or ``"P%"`` (a share of ``of``) as a count."""
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            pct = float(text[:-1])
+            if not 0 <= pct <= 100:
+                raise ValueError(text)
+            share = of * pct / 100.0
+            whole = int(share)
+            return whole + 1 if round_up and share > whole else whole
+        if isinstance(value, bool):
+            raise ValueError(text)
+        number = int(text)
+        if number < 0:
+            raise ValueError(text)
+        return number
+    except ValueError:
+        raise RolloutError(f"{name}={value!r} is neither a count (a whole number >= 0) nor a percentage "
+                           f"('P%' with P from 0 to 100)") from None
+
+
+def hosts_per_batch(batch: Any, hosts: int) -> int:
+    """The hosts Ansible's ``serial: sglang_rollout_batch`` puts in one batch (a count, or a
+    percentage of the hosts rounded down, at least 1; never more than there are hosts)."""
+    size = _count_or_percent(batch, hosts, "sglang_rollout_batch", round_up=False)
+    return max(1, min(size, hosts))
+
+
+def out_per_host(per_host: int, at_once: int) -> int:
+    """Instances of one host out of the routers at once: ``at_once``, capped below every
+    instance of the host as ``rollout_batches`` does (a host of one instance: that one)."""
+    if per_host <= 1:
+        return per_host
+    return max(1, min(int(at_once), per_host - 1))
+
+
+def capacity_floor(*, hosts: int, per_host: int, at_once: int = 1, min_available: Any = None,
+                   batch: Any = "100%") -> dict[str, Any]:
+    """The capacity a rollout keeps and the largest batch that keeps ``min_available``.
+
+    Every instance of a host in a batch may be replaced, ``out_per_host`` of them out of the
+    routers at once, and every host of the batch works at the same time: the fewest instances
+    in the routers during the batch is ``total - hosts_in_batch x out_per_host`` (the worst case:
+    every instance changed). ``min_available``: instances, or ``"P%"`` of the fleet's instances
+    (rounded up); None: no floor. Raises RolloutError, before anything starts, when the floor
+    cannot hold even one host at a time, or when ``batch`` (``sglang_rollout_batch``) breaks it.
+    """
+    if hosts < 1 or per_host < 1:
+        raise RolloutError(f"a rollout needs at least one host and one instance per host (hosts={hosts}, "
+                           f"instances per host={per_host})")
+    total = hosts * per_host
+    out = out_per_host(per_host, at_once)
+    requested = hosts_per_batch(batch, hosts)
+    floor = (0 if min_available is None
+             else _count_or_percent(min_available, total, "sglang_rollout_min_available", round_up=True))
+    spare = total - floor
+    max_hosts = min(hosts, spare // out) if out else hosts
+    result = {"instances": total, "floor": floor, "out_per_host": out, "requested_hosts": requested,
+              "requested_kept": total - requested * out, "max_hosts": max_hosts,
+              "max_instances_out": max_hosts * out}
+    if floor > total:
+        raise RolloutError(f"sglang_rollout_min_available={min_available!r} asks for {floor} instances in the "
+                           f"routers, more than the fleet's {total} ({hosts} hosts x {per_host}): lower it")
+    if max_hosts < 1:
+        raise RolloutError(
+            f"sglang_rollout_min_available={min_available!r} keeps {floor} of {total} instances in the routers, "
+            f"but replacing even one host takes {out} out (sglang_rollout_instances_at_once={at_once}), leaving "
+            f"{total - out}: lower the floor to at most {total - out} or {100 * (total - out) // total}%"
+            + ("" if out <= 1 else ", or set sglang_rollout_instances_at_once lower"))
+    if requested > max_hosts:
+        raise RolloutError(
+            f"sglang_rollout_batch={batch!r} rolls {requested} hosts at once, taking {requested * out} of {total} "
+            f"instances out of the routers and leaving {total - requested * out}, below "
+            f"sglang_rollout_min_available={min_available!r} ({floor}): set sglang_rollout_batch to at most "
+            f"{max_hosts} (or {100 * max_hosts // hosts}%)")
+    return result
