@@ -12,9 +12,11 @@ Stdlib only, Python >= 3.10 (``llmops.sglang.server_status`` ships it to hosts).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _layout
@@ -53,6 +55,7 @@ def _instance_v2(inst: dict[str, Any], base_dir: str) -> dict[str, Any]:
     out.setdefault("node_rank", 0)
     out.setdefault("nnodes", 1)
     out.setdefault("rank0", True)
+    out.setdefault("previous", None)
     return out
 
 
@@ -260,3 +263,97 @@ def build(
         "hicache": hicache,
         "instances": instances,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# The previous configuration: what an instance served before, to go back to without planning
+
+# What makes a configuration: the server's command line, its environment (as a digest: the
+# values may name paths and devices, never secrets, which go through the --config file), the
+# model's revision and the SGLang release.
+CONFIG_KEYS = ("argv", "env_digest", "model_revision", "release")
+
+
+def env_digest(env: Mapping[str, Any] | None) -> str | None:
+    """sha256 of an instance's environment (sorted ``KEY=value`` lines); None without one."""
+    if not isinstance(env, Mapping):
+        return None
+    text = "\n".join(f"{k}={env[k]}" for k in sorted(env))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def served_config(inst: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration an instance record runs: argv, env digest (the record's, else the
+    digest of its ``env``), model revision (the record's, else the manifest's) and release,
+    plus when it became ready (None: it never served)."""
+    digest = inst.get("env_digest") or env_digest(inst.get("env"))
+    revision = inst.get("model_revision") or manifest.get("model_revision")
+    return {"argv": list(inst.get("argv") or []), "env_digest": digest, "model_revision": revision,
+            "release": inst.get("release") or manifest.get("release"), "ready_at": inst.get("ready_at")}
+
+
+def same_config(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """The same configuration on every key both records know (an older manifest has no env
+    digest or model revision: those keys are not compared)."""
+    return all(one.get(k) == other.get(k) for k in CONFIG_KEYS
+               if one.get(k) is not None and other.get(k) is not None)
+
+
+def with_previous(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``new`` (a manifest about to be written) with each instance's ``previous``: the last
+    configuration that served. An instance whose configuration changed gets the old record's
+    (when the old one became ready); one that kept its configuration keeps its old
+    ``previous``; a new instance has none. Pure: neither argument is modified."""
+    earlier = {i.get("name"): i for i in (old or {}).get("instances", []) if isinstance(i, Mapping)}
+    out = dict(new)
+    instances = []
+    for inst in new.get("instances", []):
+        record = dict(inst)
+        record.setdefault("env_digest", env_digest(inst.get("env")))
+        before = earlier.get(inst.get("name"))
+        previous = None
+        if before is not None:
+            was = served_config(before, old or {})
+            if not same_config(was, served_config(record, new)):
+                previous = was if was["ready_at"] else before.get("previous")
+            else:
+                previous = before.get("previous")
+        record["previous"] = previous
+        instances.append(record)
+    out["instances"] = instances
+    return out
+
+
+def rollback_targets(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Which instances of ``new`` can go back, and to what: ``[{name, can_roll_back, to, reason}]``.
+
+    ``old``: the manifest before the rollout (None: unknown). An instance whose configuration
+    differs from the one it had in ``old`` goes back to that one (if it served); else to its
+    ``previous`` record; else it cannot (new, or never had another configuration). An
+    instance of ``old`` that ``new`` no longer has is listed with its old configuration."""
+    earlier = {i.get("name"): i for i in (old or {}).get("instances", []) if isinstance(i, Mapping)}
+    names = set()
+    out = []
+    for inst in new.get("instances", []):
+        name = inst.get("name")
+        names.add(name)
+        now = served_config(inst, new)
+        before = earlier.get(name)
+        was = served_config(before, old or {}) if before is not None else None
+        if was is not None and not same_config(was, now) and was["ready_at"]:
+            out.append({"name": name, "can_roll_back": True, "to": was,
+                        "reason": "its configuration changed since the old manifest: back to that one"})
+        elif inst.get("previous"):
+            out.append({"name": name, "can_roll_back": True, "to": dict(inst["previous"]),
+                        "reason": "back to its previous record (the last configuration that served)"})
+        elif was is not None and not same_config(was, now):
+            out.append({"name": name, "can_roll_back": False, "to": None,
+                        "reason": "its old configuration never became ready: nothing served to go back to"})
+        else:
+            out.append({"name": name, "can_roll_back": False, "to": None,
+                        "reason": "new instance" if was is None else "no earlier configuration recorded"})
+    for name, before in earlier.items():
+        if name not in names and before.get("ready_at"):
+            out.append({"name": name, "can_roll_back": True, "to": served_config(before, old or {}),
+                        "reason": "removed by the rollout: start it again with its old configuration"})
+    return out
