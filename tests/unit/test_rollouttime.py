@@ -2,6 +2,9 @@
 the --check text, and the fit to measured times."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _rollouttime as t
@@ -56,3 +59,18 @@ def test_fit_to_exact_model_times_is_exact() -> None:
     fit = t.fit_fixed({1: 30 + 3 * 40, 2: 30 + 2 * 40, 3: 30 + 40}, hosts=3)
     assert fit["run_fixed_s"] == pytest.approx(30) and fit["host_s"] == pytest.approx(40)
     assert all(abs(e) < 1e-9 for e in fit["relative_errors"].values())
+
+
+def test_docs_worked_examples_are_the_model() -> None:
+    """docs/fleet.md "Rollout time model": each row of the worked-example table is what the
+    model computes for it (F = 1 min, S = 15 s, P = 2 min, L = 3 min, canary 1 x 10 min)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "fleet.md").read_text()
+    section = doc[doc.index("### Rollout time model"):]
+    rows = re.findall(r"^\| (\d+) \| (\d+)[^|]*\| (\d) \| ([^|]+) \| (\d+) \| ([^|]+) \| (\d+) of", section, re.M)
+    assert len(rows) == 8
+    for hosts, batch, at_once, host_time, batches, total, kept in rows:
+        r = t.estimate(t.RolloutShape(hosts=int(hosts), per_host=4, load_s=180, host_fixed_s=60, step_s=15,
+                                      batch_hosts=int(batch), at_once=int(at_once), run_fixed_s=120, canary=1,
+                                      canary_window_s=600))
+        assert (t.duration(r["host_s"]), r["batches"], t.duration(r["total_s"]), r["min_in_routers"]) == (
+            host_time.strip(), int(batches), total.strip(), int(kept))
