@@ -309,7 +309,8 @@ def check_errors(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardT
 
 def _bounded(entry: Mapping[str, Any], first_bound: float | None) -> float | None:
     """A quantile as the guard compares it: inside the first bucket, the bound (only "below it"
-    is known); in +Inf, the last bound (only "above it" is known)."""
+    is known); in +Inf, the last bound (only "above it" is known: used for the canary only,
+    where it understates the canary)."""
     if entry["first_bucket"] and first_bound is not None:
         return first_bound
     return entry["value"] if entry["value"] is not None else entry["lower"]
@@ -331,6 +332,10 @@ def check_latency(key: str, can: Mapping[str, Any], base: Mapping[str, Any], lim
         if centry["first_bucket"]:
             out.append(_check(name, PASS, f"< {c['first_bound']}", bentry["value"], limit,
                               f"canary inside the first bucket (< {c['first_bound']} s): no regression visible"))
+            continue
+        if bentry["value"] is None and not bentry["first_bucket"]:
+            out.append(_check(name, INCONCLUSIVE, centry["value"], f"> {bentry['lower']}", limit,
+                              "baseline above the last bucket: only a lower bound known"))
             continue
         cv, bv = _bounded(centry, c["first_bound"]), _bounded(bentry, b["first_bound"])
         shown_b = f"< {b['first_bound']}" if bentry["first_bucket"] else bv

@@ -8,6 +8,10 @@ that their pinned total fits) or one instance per batch (``serial``). Behind a r
 request may be lost: instances that do not run yet (and those that keep running) come first,
 then the instances to replace, ``at_once`` at a time and never all of the host's at once, each
 taken out of the routers, drained, restarted, ready and put back before the next batch.
+
+Across hosts, ``capacity_floor`` sizes the batch of hosts (``sglang_rollout_batch``) so that
+``sglang_rollout_min_available`` instances stay in the routers, and refuses before anything
+starts when it cannot (docs/fleet.md "Capacity floor").
 """
 from __future__ import annotations
 

@@ -255,3 +255,15 @@ def test_binomial_tail() -> None:
     assert g.binomial_tail(3, 3, 0.5) == pytest.approx(0.125)
     assert g.binomial_tail(2, 4, 0.5) == pytest.approx(11 / 16)
     assert g.binomial_tail(500, 1000, 0.1) < 1e-100
+
+
+def test_baseline_beyond_the_last_bucket_is_not_compared() -> None:
+    hist = g.Histogram([0.1, float("inf")], [0, 100], 100, 1000.0)
+    fast = g.Histogram([0.1, float("inf")], [100, 0], 100, 1.0)
+
+    def w(h: g.Histogram) -> dict:
+        return {"restarted": False, "seconds": 60.0, "responses": 100, "finished": 100, "client_errors": 0,
+                "server_errors": 0, "aborted": 0, "generation_tokens": 1000, "spec": False, "verify_calls": 0,
+                "running_mean": 1.0, "histograms": {"ttft": h, "itl": fast}}
+    checks = by_name(g.decide([w(hist)], [w(hist)], {"latency_quantiles": [0.5]}))
+    assert checks["ttft_p50"]["verdict"] == g.INCONCLUSIVE and checks["ttft_p50"]["baseline"] == "> 0.1"
