@@ -283,28 +283,54 @@ def _check(name: str, verdict: str, canary: Any, baseline: Any, limit: str, why:
     return {"check": name, "verdict": verdict, "canary": canary, "baseline": baseline, "limit": limit, "why": why}
 
 
-def check_errors(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds) -> dict[str, Any]:
+def check_errors(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds,
+                 name: str = "error_rate") -> dict[str, Any]:
     """Any error-rate increase beyond noise: the canary's share of all errors against its share
     of all requests (conditional binomial test, one-sided); judged even on little traffic, since
-    a canary failing most of few requests is already significant."""
+    a canary failing most of few requests is already significant. ``can`` / ``base``: mappings
+    with ``errors``, ``requests`` and ``error_rate``."""
     ec, eb = int(round(can["errors"])), int(round(base["errors"]))
     nc, nb = can["requests"], base["requests"]
     rate_c, rate_b = can["error_rate"], base["error_rate"]
     if not nc:
-        return _check("error_rate", INCONCLUSIVE, rate_c, rate_b, "", "no request reached the canary")
+        return _check(name, INCONCLUSIVE, rate_c, rate_b, "", "no request reached the canary")
     if not nb:
-        return _check("error_rate", INCONCLUSIVE, rate_c, rate_b, "", "no request reached the baseline")
+        return _check(name, INCONCLUSIVE, rate_c, rate_b, "", "no request reached the baseline")
     p_value = binomial_tail(ec, ec + eb, nc / (nc + nb))
     limit = f"p < {limits['error_alpha']} and rate above baseline + {limits['max_error_rate_increase']}"
     worse = rate_c > rate_b + limits["max_error_rate_increase"]
     if worse and p_value < limits["error_alpha"]:
-        return _check("error_rate", FAIL, rate_c, rate_b, limit,
+        return _check(name, FAIL, rate_c, rate_b, limit,
                       f"canary {ec} errors of {nc:.0f} requests against baseline {eb} of {nb:.0f}: "
                       f"p = {p_value:.2g}, not noise")
     if min(nc, nb) < limits["min_requests"] and ec > 0:
-        return _check("error_rate", INCONCLUSIVE, rate_c, rate_b, limit,
+        return _check(name, INCONCLUSIVE, rate_c, rate_b, limit,
                       f"{ec} canary errors, p = {p_value:.2g}, on fewer than {limits['min_requests']} requests a side")
-    return _check("error_rate", PASS, rate_c, rate_b, limit, f"p = {p_value:.2g}")
+    return _check(name, PASS, rate_c, rate_b, limit, f"p = {p_value:.2g}")
+
+
+def router_outcomes(start: Scrape | str | None, end: Scrape | str, canary: Iterable[str],
+                    baseline: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Each side's attempts as the router's circuit breaker counted them over the window
+    (``smg_worker_cb_outcomes_total{worker,outcome}`` of sglang-router 0.3.2: HTTP 4xx and 5xx
+    and connection errors are failures; every retry is an attempt). A counter that went down
+    (a router restart) counts from the restart."""
+    start = sm.parse(start) if isinstance(start, str) else start
+    end = sm.parse(end) if isinstance(end, str) else end
+    base = None if start is None or _went_down(start, end) else start
+
+    def count(workers: Iterable[str], outcome: str) -> float:
+        return sum((sm.total(end, "smg_worker_cb_outcomes_total", worker=w, outcome=outcome) or 0.0)
+                   - ((sm.total(base, "smg_worker_cb_outcomes_total", worker=w, outcome=outcome) or 0.0)
+                      if base else 0.0) for w in workers)
+
+    out = {}
+    for key, workers in (("canary", list(canary)), ("baseline", list(baseline))):
+        failure, success = count(workers, "failure"), count(workers, "success")
+        attempts = failure + success
+        out[key] = {"workers": workers, "requests": attempts, "errors": failure,
+                    "error_rate": failure / attempts if attempts else None}
+    return out
 
 
 def _bounded(entry: Mapping[str, Any], first_bound: float | None) -> float | None:
@@ -375,10 +401,13 @@ def check_accept(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardT
 
 
 def decide(canary: Iterable[Mapping[str, Any]], baseline: Iterable[Mapping[str, Any]],
-           overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           overrides: Mapping[str, Any] | None = None,
+           router: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The decision: ``fail`` when any check fails; else ``inconclusive`` when either side saw
     fewer than ``min_requests`` requests (or a check could not be made); else ``pass``.
-    ``canary`` / ``baseline``: ``instance_window`` results."""
+    ``canary`` / ``baseline``: ``instance_window`` results; ``router``: ``router_outcomes``
+    (optional: adds the check ``router_error_rate``, which sees what the servers cannot, such
+    as refused connections)."""
     limits = thresholds(overrides)
     can, base = side(list(canary), limits), side(list(baseline), limits)
     if not can["instances"] or not base["instances"]:
@@ -387,6 +416,8 @@ def decide(canary: Iterable[Mapping[str, Any]], baseline: Iterable[Mapping[str, 
         if can[key]["bounds"] and base[key]["bounds"] and can[key]["bounds"] != base[key]["bounds"]:
             raise GuardError(f"{key}: canary and baseline: {DIFFERENT_BUCKETS}")
     checks = [check_errors(can, base, limits)]
+    if router is not None:
+        checks.append(check_errors(router["canary"], router["baseline"], limits, "router_error_rate"))
     for key in HISTOGRAMS:
         checks += check_latency(key, can, base, limits)
     checks.append(check_throughput(can, base, limits))
@@ -407,4 +438,4 @@ def decide(canary: Iterable[Mapping[str, Any]], baseline: Iterable[Mapping[str, 
     else:
         decision, reason = PASS, "every check within its limit"
     return {"decision": decision, "reason": reason, "checks": checks, "canary": can, "baseline": base,
-            "thresholds": dict(limits)}
+            "router": dict(router) if router is not None else None, "thresholds": dict(limits)}

@@ -267,3 +267,33 @@ def test_baseline_beyond_the_last_bucket_is_not_compared() -> None:
                 "running_mean": 1.0, "histograms": {"ttft": h, "itl": fast}}
     checks = by_name(g.decide([w(hist)], [w(hist)], {"latency_quantiles": [0.5]}))
     assert checks["ttft_p50"]["verdict"] == g.INCONCLUSIVE and checks["ttft_p50"]["baseline"] == "> 0.1"
+
+
+ROUTER_T0 = """# TYPE smg_worker_cb_outcomes_total counter
+smg_worker_cb_outcomes_total{worker="http://10.0.0.1:30000",outcome="success"} 100
+smg_worker_cb_outcomes_total{worker="http://10.0.0.2:30000",outcome="success"} 100
+smg_worker_cb_outcomes_total{worker="http://10.0.0.3:30000",outcome="success"} 100
+"""
+
+
+def router_end(canary_failures: int) -> str:
+    return (ROUTER_T0.replace("} 100", "} 200")
+            + f'smg_worker_cb_outcomes_total{{worker="http://10.0.0.1:30000",outcome="failure"}} {canary_failures}\n')
+
+
+def test_router_failures_of_the_canary_fail_even_when_its_server_saw_none() -> None:
+    """Refused connections never reach the server's /metrics; the router's breaker counts them."""
+    dense = text("dense")
+    outcomes = g.router_outcomes(ROUTER_T0, router_end(30), ["http://10.0.0.1:30000"],
+                                 ["http://10.0.0.2:30000", "http://10.0.0.3:30000"])
+    assert outcomes["canary"]["requests"] == 130 and outcomes["canary"]["errors"] == 30
+    assert outcomes["baseline"]["requests"] == 200 and outcomes["baseline"]["errors"] == 0
+    result = g.decide([window(dense)], [window(dense)], router=outcomes)
+    assert result["decision"] == g.FAIL and by_name(result)["router_error_rate"]["verdict"] == g.FAIL
+    quiet = g.router_outcomes(ROUTER_T0, router_end(0), ["http://10.0.0.1:30000"], ["http://10.0.0.2:30000"])
+    assert g.decide([window(dense)], [window(dense)], router=quiet)["decision"] == g.PASS
+
+
+def test_router_restart_counts_from_the_restart() -> None:
+    outcomes = g.router_outcomes(router_end(0), ROUTER_T0, ["http://10.0.0.1:30000"], ["http://10.0.0.2:30000"])
+    assert outcomes["canary"]["requests"] == 100
