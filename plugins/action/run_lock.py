@@ -12,6 +12,7 @@ takes a stale lock over, waits or refuses, and starts the heartbeat that renews 
 """
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import time
@@ -136,11 +137,16 @@ class ActionModule(ActionBase):
             return stat is not None and stat.alive and stat.starttime == starttime
 
         def call(state: str) -> dict[str, Any]:
+            # the task's remote temporary folder went with the task: each call makes its own
+            self._connection._shell.tmpdir = None
             try:
                 return self._execute_module(module_name=MODULE, task_vars=self._vars,
                                             module_args={"path": path, "state": state, "token": me["token"]})
             except Exception:  # noqa: BLE001 - a host out of reach: try again at the next renewal
                 return {"acquired": True}
+            finally:
+                with contextlib.suppress(Exception):
+                    self.cleanup(force=True)
 
         def run() -> None:
             display._final_q = None  # this process is no worker: nothing goes to the run's output

@@ -5,18 +5,19 @@ releases it when the run's ``ansible-playbook`` process ends without releasing i
 play, which skips the final release play; ``kill -9`` of ansible-playbook alone).
 
 One process per host whose lock the run took, started by the action ``llmops.sglang.run_lock``
-(``spawn``: a double fork of the task's worker, so it outlives the task, stays in the run's
-process group and ignores SIGINT, so that Ctrl-C of the run does not take it before the run's
-own end). Its loop (``beat``) ends
+(``spawn``: a double fork of the task's worker, so it outlives the task; like ansible's workers
+it is in a session of its own, and it ignores SIGINT and SIGHUP, so neither Ctrl-C nor a
+``kill -9`` of the run's process group takes it before it has seen the run end). Its loop
+(``beat``) ends
 
 - when its marker file is gone: the run released the lock (the final play);
 - when the controller process is gone (or is another process): it releases the lock once, if it
   is still the run's (``release`` compares the token on the host), then ends;
 - when a renewal finds the lock is no longer the run's (taken over after its lease expired).
 
-A ``kill -9`` of the whole process group takes the heartbeat too: the lock stays, its holder
-is dead, and the next run from this controller host takes it over at once (``_runlock.judge``);
-a run from another controller host after the lease.
+When the heartbeat is killed too (``kill -9`` of every process of the run, the controller host
+down), the lock stays with a dead holder: the next run from this controller host takes it over
+at once (``_runlock.judge``), a run from another controller host once the lease expired.
 """
 from __future__ import annotations
 
