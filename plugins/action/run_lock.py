@@ -67,7 +67,7 @@ class ActionModule(ActionBase):
         if state == "released":
             marker = _lockbeat.marker_path(me["token"], self._host(), _runlock.lock_path(path))
             Path(marker).unlink(missing_ok=True)  # the heartbeat ends at its next look
-            result.update(self._module({"path": path, "state": "released", "token": me["token"]}))
+            result.update(self._module({"path": path, "state": "released", "token": me["token"]}), changed=False)
             return result
         result.update(self._acquire(path, me, timeout, lease))
         return result
@@ -115,7 +115,9 @@ class ActionModule(ActionBase):
                 display.display(f"[{self._host()}] waiting up to {timeout} s for the run lock: {holder}")
                 waited = True
             time.sleep(max(0.0, min(RETRY_S, deadline - time.monotonic())))
-        out = {"changed": bool(res.get("changed")), "acquired": True, "holder": res.get("holder"),
+        # changed=false: the lock is the run's own bookkeeping, gone at its end; a run that
+        # changes nothing else reports changed=0
+        out = {"changed": False, "acquired": True, "holder": res.get("holder"),
                "took_over": res.get("took_over")}
         if res.get("took_over"):
             out["warnings"] = [f"took over the run lock of a stale holder ({stale_why}): "

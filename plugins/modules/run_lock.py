@@ -19,6 +19,8 @@ description:
     on the controller whether another holder is alive (same controller host - its process; another
     controller host - its lease), takes over a stale lock, waits or refuses, and keeps the lease
     renewed while the run lives. The module alone only does the file operations on the host.
+  - The action reports C(changed=false) for taking and releasing the lock - it is the run's own
+    bookkeeping, gone at its end - so that a run that changes nothing else reports no change.
   - Logic in C(plugins/module_utils/_runlock.py); docs/deploy.md ("One run at a time") says how it behaves.
 options:
   path:
