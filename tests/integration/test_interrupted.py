@@ -79,8 +79,10 @@ def _kill_leftovers(groups: list[int]) -> None:
 
 
 @pytest.mark.parametrize(("sig", "point"), [
-    (signal.SIGINT, "started"), (signal.SIGKILL, "started"),
-    (signal.SIGINT, "waiting"), (signal.SIGKILL, "waiting"),
+    pytest.param(signal.SIGINT, "started", id="SIGINT-after-gpu1-started"),
+    pytest.param(signal.SIGKILL, "started", id="SIGKILL-after-gpu1-started"),
+    pytest.param(signal.SIGINT, "waiting", id="SIGINT-during-the-wait"),
+    pytest.param(signal.SIGKILL, "waiting", id="SIGKILL-during-the-wait"),
 ])
 def test_an_interrupted_deploy_leaves_nothing_that_status_and_stop_do_not_see(
         tmp_path: Path, sig: signal.Signals, point: str) -> None:
