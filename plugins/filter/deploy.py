@@ -82,9 +82,12 @@ def _deployment_diff(plan: dict[str, Any], previous: dict[str, Any] | None, chan
     """What a deploy does to each instance: {restart: [names whose script, environment or
     engine changed: stopped, then started again], remove: [records of the previous manifest
     that the plan no longer has], keep: [names]}. Instances that are not running are started
-    by the start phase whatever this says."""
+    by the start phase whatever this says. A live instance the previous manifest did not list
+    (``in_manifest: false``: left by an interrupted deploy) is replaced when planned: what it
+    runs is not known."""
     planned = [i["name"] for i in plan.get("instances", [])]
-    touched = set(planned) if engine_changed else set(changed or []) & set(planned)
+    unlisted = {i.get("name") for i in (previous or {}).get("instances", []) or [] if i.get("in_manifest") is False}
+    touched = set(planned) if engine_changed else (set(changed or []) | unlisted) & set(planned)
     restart = [name for name in planned if name in touched]
     remove = [i for i in (previous or {}).get("instances", []) or [] if i.get("name") not in planned]
     return {"restart": restart, "remove": remove, "keep": [n for n in planned if n not in touched]}
@@ -149,6 +152,8 @@ def _status_line(status: dict[str, Any]) -> str:
         parts.append(f"accept_length={status['avg_spec_accept_length']}")
     if not status.get("up"):
         parts.append(f"health={status.get('health')}")
+    if status.get("in_manifest") is False:
+        parts.append("NOT IN THE MANIFEST (left by an interrupted deploy: stop.yml stops it, deploy.yml replaces it)")
     return " ".join(parts)
 
 

@@ -100,29 +100,35 @@ def _launch_args(script: str) -> dict[str, str]:
     return found
 
 
+def folder_record(base_dir: str, name: str, service_manager: str = "process") -> dict[str, Any]:
+    """An instance record made from its folder alone: name, paths and unit from the layout, the
+    URL from its launch script (no GPUs, no pid: the manifest that knew them is not there)."""
+    paths = _layout.instance_paths(base_dir, name)
+    args = _launch_args(paths["launch_script"])
+    url = None
+    if "--port" in args and args["--port"].isdigit():
+        url = _layout.connect_url(args.get("--host", "127.0.0.1"), int(args["--port"]))
+    backend = "process" if os.path.exists(paths["pid_file"]) else service_manager
+    return {
+        "name": name,
+        "gpus": [],
+        "connect_url": url,
+        "advertise_url": None,
+        "unit": _layout.unit_name(name) if backend == "systemd" else None,
+        "service": _layout.service_name(name),
+        "paths": paths,
+        "node_rank": 0,
+        "nnodes": 1,
+        "rank0": True,
+    }
+
+
 def from_folders(base_dir: str, service_manager: str = "process") -> dict[str, Any]:
     """A manifest rebuilt from the instance folders, for when deployment.json is gone or
     unreadable: names, paths and units from the layout, the URL from each launch script."""
     instances = []
     for name in _layout.discover(base_dir):
-        paths = _layout.instance_paths(base_dir, name)
-        args = _launch_args(paths["launch_script"])
-        url = None
-        if "--port" in args and args["--port"].isdigit():
-            url = _layout.connect_url(args.get("--host", "127.0.0.1"), int(args["--port"]))
-        backend = "process" if os.path.exists(paths["pid_file"]) else service_manager
-        instances.append({
-            "name": name,
-            "gpus": [],
-            "connect_url": url,
-            "advertise_url": None,
-            "unit": _layout.unit_name(name) if backend == "systemd" else None,
-            "service": _layout.service_name(name),
-            "paths": paths,
-            "node_rank": 0,
-            "nnodes": 1,
-            "rank0": True,
-        })
+        instances.append(folder_record(base_dir, name, service_manager))
     return {
         "schema_version": SCHEMA_VERSION,
         "base_dir": base_dir,
@@ -132,13 +138,41 @@ def from_folders(base_dir: str, service_manager: str = "process") -> dict[str, A
     }
 
 
-def load(base_dir: str, service_manager: str = "process") -> dict[str, Any]:
+def load(base_dir: str, service_manager: str = "process", running: list[str] | None = None) -> dict[str, Any]:
     """Read ``<base>/deployment.json`` whatever its state.
 
-    Returns {state, problem, manifest}: state ``ok``; ``missing`` or ``unreadable`` with the
-    manifest rebuilt from the instance folders (``problem`` says what was wrong); ``absent``
-    when there is neither a manifest nor an instance folder (manifest None).
+    Returns {state, problem, manifest, unlisted}: state ``ok``; ``missing`` or ``unreadable``
+    with the manifest rebuilt from the instance folders (``problem`` says what was wrong);
+    ``absent`` when there is neither a manifest nor an instance folder (manifest None).
+
+    ``running``: the instance folders with live processes (``_ownership``). Any of them that the
+    manifest does not list (a deploy interrupted after starting it, before writing the manifest)
+    is part of the deployment all the same: added to the manifest's instances from its folder,
+    marked ``in_manifest: false``, and named in ``unlisted`` and ``problem``; status reports it,
+    stop stops it, the next deploy replaces or removes it.
     """
+    found = _read(base_dir, service_manager)
+    manifest = found["manifest"]
+    listed = {i["name"] for i in (manifest or {}).get("instances", [])}
+    live = set(running or [])
+    unlisted = [n for n in _layout.discover(base_dir) if n in live and n not in listed] if live else []
+    found["unlisted"] = unlisted
+    if not unlisted:
+        return found
+    if manifest is None:  # not reached: a folder that discover finds rebuilds the manifest
+        return found
+    manifest["instances"] = manifest["instances"] + [
+        dict(folder_record(base_dir, n, manifest.get("service_manager") or service_manager), in_manifest=False)
+        for n in unlisted]
+    manifest["unlisted"] = unlisted
+    note = (f"instance folder(s) {', '.join(unlisted)} under {base_dir} have live processes but are not in "
+            f"{found['path']} (a deploy interrupted after starting them?): they are part of the deployment all the "
+            "same: status reports them, stop.yml stops them, the next deploy replaces or removes them")
+    found["problem"] = f"{found['problem']}; {note}" if found["problem"] else note
+    return found
+
+
+def _read(base_dir: str, service_manager: str) -> dict[str, Any]:
     path = _layout.manifest_path(base_dir)
     try:
         with open(path, encoding="utf-8") as handle:

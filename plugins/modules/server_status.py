@@ -14,6 +14,12 @@ description:
     missing or unreadable manifest is rebuilt from the instance folders under O(base_dir)
     (their launch scripts and pid files), with a warning, so that servers that run are still
     found.
+  - Any instance folder with a live process that the manifest does not list (a deploy interrupted
+    after starting it) is part of the deployment all the same - added to RV(manifest)'s instances
+    with C(in_manifest=false), named in RV(unlisted), with a warning - so that status reports it,
+    C(stop.yml) stops it and the next deploy replaces or removes it.
+  - Reports the host's run lock (M(llmops.sglang.run_lock)) in RV(run_lock) - while a deploy, stop
+    or tune holds it, what this module reads may change before that run ends.
   - With O(probe=true), asks each instance for C(/health) and its server info (C(/server_info),
     falling back to C(/get_server_info) on older releases) and reports whether it is up, its
     process state from the pid file, the SGLang version, the effective C(max_running_requests)
@@ -24,7 +30,7 @@ options:
     type: path
     required: true
   probe:
-    description: Ask every instance over HTTP; V(false) only reads the manifest and the pid files.
+    description: Ask every instance over HTTP; V(false) only reads the manifest, the pid files and the processes.
     type: bool
     default: true
   timeout:
@@ -82,6 +88,7 @@ instances:
   elements: dict
   contains:
     name: {description: Instance name., type: str}
+    in_manifest: {description: The manifest lists it (false - a live instance folder it does not list)., type: bool}
     url: {description: Base URL for clients on this host., type: str}
     up: {description: C(/health) answered 200., type: bool}
     health: {description: HTTP status of C(/health) (0 = no answer)., type: int}
@@ -100,6 +107,18 @@ instances:
     avg_spec_accept_length: {description: Average speculative accept length of DP rank 0., type: float}
     last_gen_throughput: {description: Last generation throughput (tokens/s) reported., type: float}
     server_info_path: {description: Which server-info endpoint answered., type: str}
+unlisted:
+  description: Instance folders with live processes that the manifest does not list (added to RV(manifest) all the same).
+  returned: always
+  type: list
+  elements: str
+run_lock:
+  description:
+    - The host's run lock - C(held) (bool), C(holder) (the run holding it - controller host, pid,
+      playbook, since when), C(age_s) (seconds since its lease was renewed), C(expired),
+      C(message) (for people; '' when no run holds it).
+  returned: always
+  type: dict
 all_up:
   description: Every instance answered C(/health) with 200.
   returned: always
@@ -108,7 +127,7 @@ all_up:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils import _manifest, _runlock
 from ansible_collections.llmops.sglang.plugins.module_utils._deploy import instance_status
 from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import read_service_manager
 from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
@@ -125,20 +144,28 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    found = _manifest.load(params["base_dir"], read_service_manager("/proc"))
+    # every instance folder with a live process is part of the deployment, listed or not
+    ownership = find_ownership(params["base_dir"])
+    running = [name for name, procs in ownership.instances.items() if procs.pids]
+    found = _manifest.load(params["base_dir"], read_service_manager("/proc"), running=running)
     if found["problem"]:
         module.warn(found["problem"])
     manifest = found["manifest"]
+    try:
+        lock = _runlock.query(params["base_dir"])
+    except _runlock.RunLockError as exc:
+        lock = {"held": None, "holder": None, "message": str(exc)}
     results = []
     if manifest is not None and params["probe"]:
-        ownership = find_ownership(params["base_dir"])
-        results = []
         for inst in manifest.get("instances", []):
             procs = ownership.instances.get(inst["name"])
-            results.append(instance_status(inst, params["api_key"], params["timeout"],
-                                           pids=procs.pids if procs is not None else []))
+            res = instance_status(inst, params["api_key"], params["timeout"],
+                                  pids=procs.pids if procs is not None else [])
+            res["in_manifest"] = inst.get("in_manifest", True)
+            results.append(res)
     module.exit_json(changed=False, manifest_found=manifest is not None, manifest_state=found["state"],
                      manifest_problem=found["problem"], manifest=manifest, instances=results,
+                     unlisted=found["unlisted"], run_lock=lock,
                      all_up=bool(results) and all(r["up"] for r in results))
 
 

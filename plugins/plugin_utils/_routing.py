@@ -45,7 +45,9 @@ def worker_urls(deployments: dict[str, Any], router_host: str) -> list[str]:
                             "by --limit or because it failed)")
             continue
         for inst in (manifest or {}).get("instances") or []:
-            if inst.get("rank0") is False or node_rank(inst) > 0:
+            # ranks above 0 serve no API; a live instance its manifest does not list (left by an
+            # interrupted deploy) was never checked ready: neither goes to a router
+            if inst.get("rank0") is False or node_rank(inst) > 0 or inst.get("in_manifest") is False:
                 continue
             same = host == router_host
             url = inst.get("connect_url") if same else inst.get("advertise_url")

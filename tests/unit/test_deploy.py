@@ -196,6 +196,16 @@ def test_deployment_diff_says_what_to_restart_and_remove() -> None:
     assert everything == {"restart": ["gpu0", "gpu1"], "remove": [], "keep": []}
 
 
+def test_a_live_instance_left_out_of_the_manifest_is_replaced_or_removed() -> None:
+    """Left by an interrupted deploy (in_manifest false): what it runs is not known, so a planned
+    one restarts even though its script did not change, and an unplanned one is removed."""
+    previous = {"instances": [{"name": "gpu0"}, {"name": "gpu1", "in_manifest": False},
+                              {"name": "gpu2", "in_manifest": False}]}
+    diff = deploy_filters._deployment_diff(PLAN, previous, [])
+    assert diff["restart"] == ["gpu1"] and diff["keep"] == ["gpu0"]
+    assert [i["name"] for i in diff["remove"]] == ["gpu2"]
+
+
 def test_systemd_unit_failure_is_seen_while_waiting() -> None:
     states = iter([
         {"ActiveState": "activating", "SubState": "start", "NRestarts": "0"},  # before the wait
@@ -241,6 +251,8 @@ def test_status_line_and_instance_status() -> None:
     assert st["server_info_path"] == "/get_server_info"
     line = deploy_filters._status_line(st)
     assert line.startswith("gpu0: up http://x:1") and "max_running_requests=16" in line
+    assert "NOT IN THE MANIFEST" not in line
+    assert "NOT IN THE MANIFEST (left by an interrupted deploy" in deploy_filters._status_line(dict(st, in_manifest=False))
 
 
 def test_reclaim_pinned_adds_back_only_running_instances() -> None:

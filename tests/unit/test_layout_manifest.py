@@ -109,3 +109,27 @@ def test_launch_args_of_a_broken_script(tmp_path: Path) -> None:
     (tmp_path / "gpu0" / "launch.sh").write_text("args=( 'unterminated\n)\n")
     found = _manifest.from_folders(str(tmp_path))
     assert found["instances"][0]["connect_url"] is None
+
+
+def test_a_live_instance_folder_the_manifest_does_not_list_is_part_of_the_deployment(tmp_path: Path) -> None:
+    """The interrupted deploy: gpu1 was started, the manifest (written at the end) still lists
+    gpu0 only. With gpu1's folder among the running ones it is added, marked and named."""
+    _instance_folder(tmp_path, "gpu0", 31000)
+    _instance_folder(tmp_path, "gpu1", 31001)
+    _instance_folder(tmp_path, "gpu2", 31002)  # not running: a folder only
+    manifest = {"schema_version": 2, "service_manager": "process", "instances": [{"name": "gpu0", "pid": 7}]}
+    (tmp_path / "deployment.json").write_text(json.dumps(manifest))
+    assert _manifest.load(str(tmp_path))["unlisted"] == []  # without the running list: as before
+    found = _manifest.load(str(tmp_path), running=["gpu0", "gpu1", "gpu9"])
+    assert found["state"] == "ok" and found["unlisted"] == ["gpu1"]
+    names = [(i["name"], i.get("in_manifest", True)) for i in found["manifest"]["instances"]]
+    assert names == [("gpu0", True), ("gpu1", False)]
+    adopted = found["manifest"]["instances"][1]
+    assert adopted["connect_url"] == "http://127.0.0.1:31001" and adopted["service"] == "sglang-gpu1"
+    assert adopted["paths"] == _layout.instance_paths(str(tmp_path), "gpu1")
+    assert "gpu1 under" in found["problem"] and "not in" in found["problem"] and "stop.yml stops them" in found["problem"]
+    assert found["manifest"]["unlisted"] == ["gpu1"]
+    # a manifest rebuilt from the folders already has every folder: nothing more to add
+    (tmp_path / "deployment.json").unlink()
+    rebuilt = _manifest.load(str(tmp_path), running=["gpu1"])
+    assert rebuilt["state"] == "missing" and rebuilt["unlisted"] == []

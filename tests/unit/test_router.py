@@ -226,6 +226,10 @@ def test_worker_urls_connect_on_the_routers_host_advertise_elsewhere_rank_0_only
         "http://10.0.0.11:30000", "http://10.0.0.11:30001", "http://10.0.0.12:30000"]
     assert _routing.worker_urls(deployments, "gpu-node-01")[:2] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
     assert _routing.node_rank({"argv": ["--node-rank=2"]}) == 2 and _routing.node_rank({}) == 0
+    # a live instance its manifest does not list (an interrupted deploy) was never checked ready
+    left = {"gpu-node-01": {"instances": [_instance("gpu0", 30000, "http://10.0.0.11:30000"),
+                                          dict(_instance("gpu1", 30001, None), in_manifest=False)]}}
+    assert _routing.worker_urls(left, "router-01") == ["http://10.0.0.11:30000"]
 
 
 def test_worker_urls_refuse_a_partial_list() -> None:
