@@ -207,8 +207,9 @@ def _shared_prefix_sweep(tmp_path: Path, workload: dict[str, Any], hicache: bool
     if not hicache:
         start = argv.index("--enable-hierarchical-cache")
         del argv[start:start + len(HICACHE_FLAGS)]
-    else:
+    else:  # a host pool that holds every prefix: 80 GB, ~735k tokens of the 27B (KV and draft KV)
         assert tuple(argv[argv.index("--enable-hierarchical-cache"):][:len(HICACHE_FLAGS)]) == HICACHE_FLAGS
+        argv[argv.index("--hicache-size") + 1] = "80"
     saved = ts.ENGINE_ARGV
     ts.ENGINE_ARGV = argv
     try:
@@ -222,8 +223,9 @@ def _shared_prefix_sweep(tmp_path: Path, workload: dict[str, Any], hicache: bool
 
 @pytest.mark.skipif(os.environ.get("LLMOPS_SKIP_SLOW") == "1", reason="slow engine test")
 def test_shared_prefix_hits_host_tier_with_hicache_only_random_never(tmp_path: Path) -> None:
-    """256 groups x 2048-token prefixes exceed the demo 27B's device cache (its Mamba states)
-    but fit HiCache's host pool: the second round of each group hits the host tier."""
+    """256 groups x 2048-token prefixes (524k tokens) exceed the demo 27B's device pool (436k
+    tokens at --mem-fraction-static 0.8) but fit an 80 GB HiCache host pool: in round-robin order
+    the device has evicted a group's prefix by its second prompt, which then hits the host tier."""
     shared = {"kind": "shared_prefix", "groups": 256, "prompts_per_group": 2, "prefix_len": 2048,
               "suffix_len": 32, "order": "round_robin"}
     with_hicache = _shared_prefix_sweep(tmp_path, shared, True)["points"][0]
@@ -232,7 +234,7 @@ def test_shared_prefix_hits_host_tier_with_hicache_only_random_never(tmp_path: P
     for point in (with_hicache, without, rand):
         assert point["status"] == "ok" and point["cache_state"]["flush"]["ok"]
     host = with_hicache["server_metrics"]["cache_hit_rate_host"]
-    assert host > 0.2, with_hicache["server_metrics"]
+    assert host > 0.2, (with_hicache["server_metrics"], with_hicache["client_cache"], without["server_metrics"])
     assert with_hicache["client_cache"]["cache_hit_rate"] >= host
     assert without["server_metrics"]["cache_hit_rate_host"] == 0
     assert rand["server_metrics"]["cache_hit_rate"] == 0 and rand["client_cache"]["cache_hit_rate"] == 0
