@@ -78,6 +78,16 @@ def raise_open_files(concurrency: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
+def _with_workload(raw: SweepOptions, out: SweepOptions) -> SweepOptions:
+    """``out`` (normalized) with the workload, seed and cache options of ``raw``, checked."""
+    workload = parse_workload(raw.workload, raw.seed, list(out.prompts or DEFAULT_PROMPTS))
+    if float(raw.flush_timeout) < 0:
+        raise SweepError(f"flush_timeout must be >= 0 seconds, got {raw.flush_timeout!r}")
+    out.workload, out.seed = dict(workload.spec), workload.seed
+    out.flush_cache, out.flush_timeout, out.warm = bool(raw.flush_cache), float(raw.flush_timeout), bool(raw.warm)
+    return out
+
+
 @dataclass
 class SweepOptions:
     url: str
@@ -167,10 +177,7 @@ class SweepOptions:
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")
-        workload = parse_workload(self.workload, self.seed, prompts)
-        if float(self.flush_timeout) < 0:
-            raise SweepError(f"flush_timeout must be >= 0 seconds, got {self.flush_timeout!r}")
-        return SweepOptions(
+        return _with_workload(self, SweepOptions(
             url=url,
             api=self.api,
             concurrency=levels,
@@ -200,12 +207,7 @@ class SweepOptions:
             heartbeat_timeout=float(self.heartbeat_timeout),
             time_scale=None if self.time_scale is None else float(self.time_scale),
             client_processes=parse_client_processes(self.client_processes),
-            workload=dict(workload.spec),
-            seed=workload.seed,
-            flush_cache=bool(self.flush_cache),
-            flush_timeout=float(self.flush_timeout),
-            warm=bool(self.warm),
-        )
+        ))
 
     def requests_for(self, concurrency: int) -> int | None:
         """Requests per level (None in duration mode): the option, or max(2*C, 8)."""
