@@ -35,6 +35,7 @@ def test_report_html_is_self_contained_with_tables_settings_and_shared_axes(tmp_
     page = Path(tmp_path / "run" / "report.html").read_text(encoding="utf-8")
     assert str(tmp_path / "run" / "report.html") in report["files"]
     assert not re.search(r"https?://", page)  # opens from disk, nothing fetched
+    assert not re.search(r"<(script|link|iframe)|(src|href)=\"(?!data:)|url\(", page)
     assert "<title>cache &lt;run&gt;</title>" in page
     assert page.count("<table>") >= 3  # settings, instance tables, prefix cache
     assert "<th>host hit</th>" in page and "<td>50.0%</td>" in page and "<td>70.0%</td>" in page
