@@ -23,6 +23,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads imp
     CHARS_PER_TOKEN,
     parse_length,
     parse_workload,
+    render_chat,
     rng_for,
 )
 
@@ -238,3 +239,55 @@ def test_shared_prefix_hits_host_tier_with_hicache_only_random_never(tmp_path: P
     assert with_hicache["client_cache"]["cache_hit_rate"] >= host
     assert without["server_metrics"]["cache_hit_rate_host"] == 0
     assert rand["server_metrics"]["cache_hit_rate"] == 0 and rand["client_cache"]["cache_hit_rate"] == 0
+
+
+def test_multi_turn_and_warm_against_the_engine(tmp_path: Path) -> None:
+    """Each later turn of a conversation hits the cache for the whole history (the reply was
+    appended as the server wrote it); ``warm`` caches each group's prefix before the level, so
+    even a group's first prompt hits it."""
+    from tests.unit.test_sweep import engine_process
+
+    turns = {"kind": "multi_turn", "conversations": 4, "turns": 3, "input_len": 64, "output_len": 8}
+    shared = {"kind": "shared_prefix", "groups": 4, "prompts_per_group": 2, "prefix_len": 512, "suffix_len": 16,
+              "order": "grouped", "output_len": 4}
+    with engine_process(tmp_path / "engine.log", scale=0.01) as base:
+        chats = [sw.run_sweep(sw.SweepOptions(url=base, api=api, concurrency=[2], requests=4, warmup=0,
+                                              level_warmup=False, workload=turns, seed=3, flush_cache=True))
+                 for api in ("native", "openai")]
+        warmed = sw.run_sweep(sw.SweepOptions(url=base, api="openai", concurrency=[2], requests=8, warmup=0,
+                                              level_warmup=False, workload=shared, seed=3, flush_cache=True,
+                                              warm=True))
+    _check_chat(chats[0], turns)
+    # OpenAI streams carry no cached_tokens (SGLang's neither): the server's counters say it
+    assert chats[1]["points"][0]["ok"] == 12 and chats[1]["points"][0]["client_cache"]["requests"] == 0
+    assert chats[1]["points"][0]["server_metrics"]["cache_hit_rate"] > 0.3
+    wpoint = warmed["points"][0]
+    assert wpoint["cache_state"]["warm"] == {"requests": 4, "ok": 4, "seconds": wpoint["cache_state"]["warm"]["seconds"]}
+    assert wpoint["ok"] == 8
+    # every prompt found its group's prefix (all but its last token may hit: 511 or more of 528)
+    assert wpoint["server_metrics"]["cache_hit_rate"] >= 0.9 * 512 / 528
+
+
+def _check_chat(chat: dict[str, Any], turns: dict[str, Any]) -> None:
+    point = chat["points"][0]
+    assert point["requests"] == 12 and point["ok"] == 12  # 4 conversations x 3 turns
+    by_conv: dict[int, list[dict[str, Any]]] = {}
+    for rec in sorted(chat["records"], key=lambda r: r["start_s"]):
+        by_conv.setdefault(rec["index"], []).append(rec)
+    assert sorted(by_conv) == [0, 1, 2, 3]
+    for recs in by_conv.values():
+        cached = [r["cached_tokens"] for r in recs]
+        assert cached[0] == 0 < cached[1] < cached[2], cached  # the history hits (page-aligned)
+    # the server's replies are in the later turns' prompts: more tokens than the user turns alone
+    work = parse_workload(turns, 3, PROMPTS)
+
+    def empty_replies(conv: int, upto: int) -> str:  # the prompt had every reply been ""
+        history: list[dict[str, str]] = []
+        for t in work.conversation(conv)[:upto + 1]:
+            history += [{"role": "assistant", "content": ""}] if history else []
+            history.append({"role": "user", "content": t.prompt})
+        return render_chat(history)
+
+    bare = sum(-(-len(empty_replies(c, k)) // CHARS_PER_TOKEN) for c in range(4) for k in range(3))
+    assert point["client_cache"]["prompt_tokens"] > bare + 4 * 3 * 2  # 3 replies a conversation in prompts
+    assert chat["options"]["workload"]["turns"] == 3
