@@ -681,6 +681,18 @@ ansible_facts:
                   (C(not reported by this release), C(speculative decoding off), ...).
                   See docs/sweep.md.
               type: dict
+            cache_state:
+              description:
+                - What the sweep did to the server's prefix cache before the level (null when
+                  neither O(flush_cache) nor O(warm) is set). C(flush) (C(ok), C(status), C(message),
+                  C(seconds)) and C(warm) (C(requests), C(ok), C(seconds)), each null when not done.
+              type: dict
+            client_cache:
+              description:
+                - The prefix-cache hits the responses reported, over the requests that reported
+                  both counts (native API, or OpenAI responses with C(cached_tokens)). C(requests),
+                  C(prompt_tokens), C(cached_tokens), C(cache_hit_rate) (null when none reported).
+              type: dict
             latency_measurable:
               description:
                 - Time-scaled engine only (null otherwise). False when some client latency
@@ -728,8 +740,9 @@ ansible_facts:
         records:
           description:
             - One item per measured request (empty with O(return_records=false)), C(level) (index
-              of the level), C(concurrency), C(index) (within the level), C(ok), C(error_kind),
-              C(http_status), C(output_tokens), C(finish_reason), C(ttft_ms), C(e2e_s),
+              of the level), C(concurrency), C(index) (within the level; the conversation with a multi_turn workload), C(ok), C(error_kind),
+              C(http_status), C(output_tokens), C(finish_reason), C(cached_tokens) (prompt tokens
+              the server served from its prefix cache, when the response said), C(ttft_ms), C(e2e_s),
               C(itl_ms_mean), C(start_s) and C(end_s) (seconds since the sweep started).
           type: list
           elements: dict
