@@ -279,8 +279,8 @@ options:
         C(order) C(sequential) or C(shuffled)).
       - Lengths (C(input_len), C(output_len), C(prefix_len), C(suffix_len), C(think_time_s)) are a
         number or a distribution, a mapping with C(dist) C(uniform) (C(min), C(max)), C(normal) or
-        C(lognormal) (C(mean), C(std), optional C(min), C(max) to clip to). C(output_len) sets each request's max_tokens (default
-        O(max_tokens)). Generated text has 4 characters a token (exact on the embedded engine).
+        C(lognormal) (C(mean), C(std), optional C(min), C(max) to clip to). C(output_len) sets each
+        request's max_tokens (default O(max_tokens)). Generated text has 4 characters a token (exact on the embedded engine).
       - The level warm-up keeps sending O(prompts), so it does not fill the prefix cache.
       - Recorded, with the seed, in the result's C(options.workload).
     type: dict
@@ -740,7 +740,8 @@ ansible_facts:
         records:
           description:
             - One item per measured request (empty with O(return_records=false)), C(level) (index
-              of the level), C(concurrency), C(index) (within the level; the conversation with a multi_turn workload), C(ok), C(error_kind),
+              of the level), C(concurrency), C(index) (within the level; with a multi_turn workload
+              the conversation), C(ok), C(error_kind),
               C(http_status), C(output_tokens), C(finish_reason), C(cached_tokens) (prompt tokens
               the server served from its prefix cache, when the response said), C(ttft_ms), C(e2e_s),
               C(itl_ms_mean), C(start_s) and C(end_s) (seconds since the sweep started).
