@@ -291,3 +291,22 @@ def _check_chat(chat: dict[str, Any], turns: dict[str, Any]) -> None:
     bare = sum(-(-len(empty_replies(c, k)) // CHARS_PER_TOKEN) for c in range(4) for k in range(3))
     assert point["client_cache"]["prompt_tokens"] > bare + 4 * 3 * 2  # 3 replies a conversation in prompts
     assert chat["options"]["workload"]["turns"] == 3
+
+
+def test_flush_warning_names_the_answer_and_the_fix() -> None:
+    router = cachestate.flush_warning(4, {"status": 404, "message": "Not Found"}, 60)
+    assert router.startswith("C=4: POST /flush_cache failed (HTTP 404: Not Found)") and "router" in router
+    gone = cachestate.flush_warning(4, {"status": None, "message": "ClientConnectorError: refused"}, 60)
+    assert "(no answer: ClientConnectorError: refused)" in gone and "is the server up?" in gone
+    busy = cachestate.flush_warning(8, {"status": 400, "message": "Timed out waiting for idle state."}, 5)
+    assert "flush_timeout=5s" in busy and "previous level left it" in busy
+
+
+def test_client_cache_counts_only_requests_that_reported_both() -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
+
+    traces = [Trace(0, 1, i, 0, prompt_tokens=p, cached_tokens=c)
+              for i, (p, c) in enumerate([(100, 60), (100, None), (None, 5), (300, 0)])]
+    assert cachestate.client_cache(traces) == {"requests": 2, "prompt_tokens": 400, "cached_tokens": 60,
+                                               "cache_hit_rate": 0.15}
+    assert cachestate.client_cache([])["cache_hit_rate"] is None

@@ -52,7 +52,8 @@ def flush_warning(concurrency: int, result: dict[str, Any], timeout: float) -> s
         hint = "this server has no /flush_cache (a router in front? flush each engine, or leave flush_cache off)"
     else:
         hint = "is the server up?"
-    return (f"C={concurrency}: POST {FLUSH_PATH} failed (HTTP {result['status']}: {result['message']}); "
+    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
+    return (f"C={concurrency}: POST {FLUSH_PATH} failed ({answer}: {result['message']}); "
             f"the level ran with the cache as the previous level left it: {hint}")
 
 
