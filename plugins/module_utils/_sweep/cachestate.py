@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import aiohttp
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TIMEOUTS
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
 
@@ -38,8 +39,6 @@ async def flush(session: Any, url: str, timeout: float) -> dict[str, Any]:
 
 
 def _client_timeout(total: float) -> Any:
-    import aiohttp
-
     return aiohttp.ClientTimeout(total=total)
 
 
