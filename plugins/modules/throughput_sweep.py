@@ -264,6 +264,51 @@ options:
       - An integer from 0 to 256, or C(auto).
     type: raw
     default: 1
+  workload:
+    description:
+      - What each measured request asks (docs/sweep.md "Workloads"). A mapping whose C(kind) is
+        C(random) (the default, the O(prompts) round-robin, or with C(input_len) random text of that
+        length), C(shared_prefix) (C(groups) x C(prompts_per_group) prompts, each group's
+        C(prefix_len)-token prefix followed by a C(suffix_len)-token suffix; C(order)
+        C(shuffled), C(round_robin) or C(grouped); like SGLang's generated-shared-prefix),
+        C(multi_turn) (C(conversations) of C(turns) user turns of C(input_len) tokens, each turn
+        sent with the conversation so far and the server's replies, C(think_time_s) before each
+        later turn; a level's requests and clients count conversations) or C(file) (C(path), a
+        JSONL file on the host running the sweep, each line an object with a C(prompt) string,
+        C(messages) (OpenAI chat) or C(conversations) (ShareGPT), and optionally C(max_tokens);
+        C(order) C(sequential) or C(shuffled)).
+      - Lengths (C(input_len), C(output_len), C(prefix_len), C(suffix_len), C(think_time_s)) are a
+        number or a distribution, a mapping with C(dist) C(uniform) (C(min), C(max)), C(normal) or
+        C(lognormal) (C(mean), C(std), optional C(min), C(max) to clip to). C(output_len) sets each
+        request's max_tokens (default O(max_tokens)). Generated text has 4 characters a token (exact on the embedded engine).
+      - The level warm-up keeps sending O(prompts), so it does not fill the prefix cache.
+      - Recorded, with the seed, in the result's C(options.workload).
+    type: dict
+  seed:
+    description:
+      - The seed of every random choice of the workload (request i is the same in every run and
+        client process). Default 42.
+    type: int
+  flush_cache:
+    description:
+      - Before each measured level (after its warm-up round), C(POST /flush_cache?timeout=)
+        O(flush_timeout), so the server's prefix cache (device, and the HiCache host pool from
+        SGLang 0.5.23) starts empty. SGLang refuses (400) while requests run; a failed flush is a
+        warning and the point's C(cache_state.flush) says what the server answered.
+    type: bool
+    default: false
+  flush_timeout:
+    description:
+      - Seconds the server may wait for idle before it flushes (its C(timeout) query).
+    type: float
+    default: 60.0
+  warm:
+    description:
+      - Before each measured level (after the flush), send each shared prefix of a
+        C(shared_prefix) workload once (max_tokens 1, not measured), so the level starts with the
+        prefixes cached. The point's C(cache_state.warm) counts them.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - llmops.sglang.server_api
 attributes:
@@ -318,6 +363,23 @@ EXAMPLES = r"""
     concurrency: [64, 256, 1024]
     client_processes: auto
   delegate_to: localhost
+
+- name: Shared system prompts (HiCache's case), cache flushed and warmed before each level
+  llmops.sglang.throughput_sweep:
+    url: http://127.0.0.1:30000
+    concurrency: [32]
+    requests: 512
+    workload:
+      kind: shared_prefix
+      groups: 256
+      prompts_per_group: 2
+      prefix_len: 2048
+      suffix_len: 32
+      output_len: {dist: uniform, min: 64, max: 256}
+      order: round_robin
+    seed: 1
+    flush_cache: true
+    warm: true
 
 - name: A quick time-boxed check, 60 s per level, no raw records
   llmops.sglang.throughput_sweep:
@@ -619,6 +681,18 @@ ansible_facts:
                   (C(not reported by this release), C(speculative decoding off), ...).
                   See docs/sweep.md.
               type: dict
+            cache_state:
+              description:
+                - What the sweep did to the server's prefix cache before the level (null when
+                  neither O(flush_cache) nor O(warm) is set). C(flush) (C(ok), C(status), C(message),
+                  C(seconds)) and C(warm) (C(requests), C(ok), C(seconds)), each null when not done.
+              type: dict
+            client_cache:
+              description:
+                - The prefix-cache hits the responses reported, over the requests that reported
+                  both counts (native API, or OpenAI responses with C(cached_tokens)). C(requests),
+                  C(prompt_tokens), C(cached_tokens), C(cache_hit_rate) (null when none reported).
+              type: dict
             latency_measurable:
               description:
                 - Time-scaled engine only (null otherwise). False when some client latency
@@ -666,8 +740,10 @@ ansible_facts:
         records:
           description:
             - One item per measured request (empty with O(return_records=false)), C(level) (index
-              of the level), C(concurrency), C(index) (within the level), C(ok), C(error_kind),
-              C(http_status), C(output_tokens), C(finish_reason), C(ttft_ms), C(e2e_s),
+              of the level), C(concurrency), C(index) (within the level; with a multi_turn workload
+              the conversation), C(ok), C(error_kind),
+              C(http_status), C(output_tokens), C(finish_reason), C(cached_tokens) (prompt tokens
+              the server served from its prefix cache, when the response said), C(ttft_ms), C(e2e_s),
               C(itl_ms_mean), C(start_s) and C(end_s) (seconds since the sweep started).
           type: list
           elements: dict

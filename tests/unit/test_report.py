@@ -368,7 +368,7 @@ def test_module_end_to_end(results: list[dict[str, Any]], seed: list[str], tmp_p
     assert result["dir"] == str(out)
     assert {Path(f).name for f in result["files"]} == {
         "node1_gpu0_mtp.json", "node1_gpu1_mtp_hicache.json", "summary.csv", "summary.md",
-        "throughput.png", "latency.png", "profiles.png",
+        "throughput.png", "latency.png", "profiles.png", "report.html",
     }
     assert all(Path(f).is_file() for f in result["files"])
     assert result["latest"] == str(tmp_path / "reports" / "latest")

@@ -847,7 +847,7 @@ def test_module_through_ansible(server: str) -> None:
     assert len(facts["records"]) == 8
     assert set(facts["records"][0]) == {
         "level", "concurrency", "index", "ok", "error_kind", "http_status", "output_tokens",
-        "finish_reason", "ttft_ms", "e2e_s", "itl_ms_mean", "start_s", "end_s",
+        "finish_reason", "cached_tokens", "ttft_ms", "e2e_s", "itl_ms_mean", "start_s", "end_s",
     }
     assert facts["started"].endswith("Z") and facts["finished"] >= facts["started"]
 

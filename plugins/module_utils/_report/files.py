@@ -33,6 +33,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.fleetview im
     fleet_csv_rows,
     fleet_rows,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._report.html import render_html
 from ansible_collections.llmops.sglang.plugins.module_utils._report.markdown import render_markdown
 from ansible_collections.llmops.sglang.plugins.module_utils._report.plots import write_plots
 
@@ -250,6 +251,9 @@ def write_report(
 
     plots, plot_warnings = write_plots(items, out, title or "SGLang throughput sweep")
     files.extend(plots)
+    html_path = out / "report.html"  # one self-contained file: tables, charts, settings, the PNGs inline
+    _write_text(html_path, render_html(items, md_text, title or "SGLang throughput sweep", plots))
+    files.append(str(html_path))
     warnings.extend(f"requests failed at {line} (marked {ERROR_MARK} in summary.md)" for line in failed_levels(items))
     warnings.extend(plot_warnings)
 

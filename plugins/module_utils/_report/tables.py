@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._report.cache import (
+    render_cache_table,
+    workload_line,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._report.common import (
     DRIFT_MARK,
     ERROR_MARK,
@@ -311,5 +315,13 @@ def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
         parts.append(during[0])
         if during[1]:
             parts.append("Not shown: " + " ".join(during[1]))
+    work = workload_line(sweep)
+    cache = render_cache_table(sweep)
+    if work is not None:
+        parts.append(work)
+    if cache is not None:
+        parts.append("Prefix cache per level (server hit = cached / prompt tokens from its /metrics, by tier; "
+                     "client hit = the cached_tokens the responses reported):")
+        parts.append(cache)
     parts.extend(render_notes(sweep))
     return "\n\n".join(parts)

@@ -32,11 +32,13 @@ One job per file (after kubernetes.core's ``module_utils/k8s/``); each imports o
 before it in this list, never this ``__init__``, so the package has no import cycle:
 
 - ``common``: constants, ``SweepError``/``SweepInterrupted``, the API-key message;
+- ``workloads``: what each request asks (random, shared_prefix, multi_turn, file), seeded;
 - ``options``: ``SweepOptions`` (every option checked at once), ``client_processes``, open files;
 - ``streams``: the OpenAI and native stream parsers; ``trace``: one request's ``Trace``, its record;
 - ``client``: the aiohttp session and ``Client`` (one streamed request; the only aiohttp user);
 - ``probe``: /server_info, /metrics, /v1/models and connection warm-up around the levels;
 - ``level``: one level's closed-loop clients (``run_level``), the client's health, ``LevelRun``;
+- ``cachestate``: the server's prefix cache around a level (flush, warm, the client's hits);
 - ``drift``: the steady window and the drift check; ``histograms``: the server's latency
   histograms; ``timebase``: the time-scaled engine's model time and the latency check;
 - ``summary``: a level's point; ``curve``: plateau and warnings over the levels;

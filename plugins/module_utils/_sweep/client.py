@@ -12,6 +12,7 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
     AUTH_STATUSES,
+    DEFAULT_PROMPTS,
     READ_BUFSIZE,
     TIMEOUTS,
     auth_message,
@@ -22,6 +23,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.streams impor
     make_parser,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace, finalize_trace
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import parse_workload
 
 try:
     import aiohttp
@@ -83,13 +85,16 @@ class Client:
         self.model = model
         self.timeout = aiohttp.ClientTimeout(total=opts.timeout)
         self.path, _ = build_payload(opts, model, "")
+        self.workload = parse_workload(opts.workload, opts.seed, list(opts.prompts or DEFAULT_PROMPTS))
 
-    async def send(self, trace: Trace, prompt: str, max_tokens: int | None = None) -> None:
-        """Send one request and fill ``trace``; never raises except CancelledError."""
+    async def send(self, trace: Trace, prompt: str, max_tokens: int | None = None, keep_text: bool = False) -> str:
+        """Send one request and fill ``trace``; never raises except CancelledError. Returns the
+        reply's text with ``keep_text`` (multi-turn conversations), else ""."""
         opts = self.opts
         _, body = build_payload(opts, self.model, prompt, max_tokens)
         want = opts.max_tokens if max_tokens is None else int(max_tokens)
         parser = make_parser(opts.api)
+        parser.keep_text = keep_text
         headers_seen = False
         trace.start = time.perf_counter()
         try:
@@ -130,6 +135,7 @@ class Client:
             if not trace.end:
                 trace.end = time.perf_counter()
         finalize_trace(trace, parser, want)
+        return parser.text
 
 
 def open_session(opts: SweepOptions) -> Any:

@@ -14,6 +14,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._stats import percen
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import Client
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TICK_S
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import Workload, render_chat
 
 
 class Health:
@@ -108,6 +109,8 @@ async def run_level(
         share = LevelShare(concurrency, total)
     total = share.requests
     traces: list[Trace] = []
+    # the warm-up round keeps the sweep's prompts: it must not fill the prefix cache with the level's
+    workload = getattr(client, "workload", None) if warmup_tokens is None else None
     counter = {"next": 0}
     t_start = time.perf_counter()
     stop_sending_at = (
@@ -128,8 +131,15 @@ async def run_level(
             idx = claim()
             if idx is None:
                 return
+            if workload is not None and workload.conversational:
+                await converse(client, workload, level, concurrency, idx, wid, traces)
+                continue
             trace = Trace(level=level, concurrency=concurrency, index=idx, worker=wid)
             traces.append(trace)
+            if workload is not None:  # the level's requests come from the workload
+                request = workload.request(idx)
+                await client.send(trace, request.prompt, request.max_tokens)
+                continue
             tokens = warmup_level_tokens(warmup_tokens, concurrency, idx) if warmup_tokens is not None else None
             await client.send(trace, prompts[idx % len(prompts)], tokens)
 
@@ -145,6 +155,25 @@ async def run_level(
         await asyncio.gather(*tasks, return_exceptions=True)
         await health.stop()
     return LevelRun(level, concurrency, traces, bool(pending), health, t_start, time.perf_counter())
+
+
+async def converse(client: Client, workload: Workload, level: int, concurrency: int, index: int, wid: int,
+                   traces: list[Trace]) -> None:
+    """Conversation ``index`` of a multi-turn workload: its turns one after the other (a think
+    time before each later turn), each turn's prompt the conversation so far with the server's
+    replies as the assistant turns. A failed turn ends the conversation."""
+    history: list[dict[str, str]] = []
+    for turn, request in enumerate(workload.conversation(index)):
+        pause = workload.think(index, turn)
+        if pause > 0:
+            await asyncio.sleep(pause)
+        history.append({"role": "user", "content": request.prompt})
+        trace = Trace(level=level, concurrency=concurrency, index=index, worker=wid)
+        traces.append(trace)
+        reply = await client.send(trace, render_chat(history), request.max_tokens, keep_text=True)
+        if not trace.ok:
+            return
+        history.append({"role": "assistant", "content": reply})
 
 
 def warmup_level_tokens(base: int, concurrency: int, index: int) -> int:

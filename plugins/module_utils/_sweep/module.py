@@ -59,6 +59,11 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "progress_labels": {"type": "dict"},
     "time_scale": {"type": "float"},
     "client_processes": {"type": "raw", "default": 1},
+    "workload": {"type": "dict"},
+    "seed": {"type": "int"},
+    "flush_cache": {"type": "bool", "default": False},
+    "flush_timeout": {"type": "float", "default": 60.0},
+    "warm": {"type": "bool", "default": False},
 }
 MUTUALLY_EXCLUSIVE = [("requests", "duration")]
 

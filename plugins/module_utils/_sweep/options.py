@@ -22,6 +22,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
     SPARE_FILES,
     SweepError,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import parse_workload
 
 # The most client processes accepted: more than the host's cores only adds switching.
 MAX_CLIENT_PROCESSES = 256
@@ -77,6 +78,16 @@ def raise_open_files(concurrency: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
+def _with_workload(raw: SweepOptions, out: SweepOptions) -> SweepOptions:
+    """``out`` (normalized) with the workload, seed and cache options of ``raw``, checked."""
+    workload = parse_workload(raw.workload, raw.seed, list(out.prompts or DEFAULT_PROMPTS))
+    if float(raw.flush_timeout) < 0:
+        raise SweepError(f"flush_timeout must be >= 0 seconds, got {raw.flush_timeout!r}")
+    out.workload, out.seed = dict(workload.spec), workload.seed
+    out.flush_cache, out.flush_timeout, out.warm = bool(raw.flush_cache), float(raw.flush_timeout), bool(raw.warm)
+    return out
+
+
 @dataclass
 class SweepOptions:
     url: str
@@ -111,6 +122,12 @@ class SweepOptions:
     # of engines): the sweep is then converted to modelled time like theirs
     time_scale: float | None = None
     client_processes: Any = 1  # client processes per level; 0 or "auto": more when client-limited
+    # what each request asks (workloads.py) and the seed of every random choice in it
+    workload: dict[str, Any] | None = None
+    seed: int | None = None
+    flush_cache: bool = False  # POST /flush_cache before each measured level
+    flush_timeout: float = 60.0  # the server waits this long for idle before it flushes
+    warm: bool = False  # send each shared prefix once before each measured level
 
     def normalized(self) -> SweepOptions:
         """A checked copy: base URL without a trailing / or /v1, levels sorted and deduplicated."""
@@ -160,7 +177,7 @@ class SweepOptions:
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")
-        return SweepOptions(
+        return _with_workload(self, SweepOptions(
             url=url,
             api=self.api,
             concurrency=levels,
@@ -190,7 +207,7 @@ class SweepOptions:
             heartbeat_timeout=float(self.heartbeat_timeout),
             time_scale=None if self.time_scale is None else float(self.time_scale),
             client_processes=parse_client_processes(self.client_processes),
-        )
+        ))
 
     def requests_for(self, concurrency: int) -> int | None:
         """Requests per level (None in duration mode): the option, or max(2*C, 8)."""
@@ -233,6 +250,11 @@ class SweepOptions:
             "time_scale": self.time_scale,
             "client_processes": "auto" if self.client_processes == 0 else self.client_processes,
             "api_key_set": bool(self.api_key),
+            "workload": parse_workload(self.workload, self.seed, list(self.prompts or DEFAULT_PROMPTS)).describe(),
+            "seed": self.seed,
+            "flush_cache": self.flush_cache,
+            "flush_timeout": self.flush_timeout if self.flush_cache else None,
+            "warm": self.warm,
             "knee_share": KNEE_SHARE,
             "client_cpu_limit": CLIENT_CPU_LIMIT,
             "client_lag_limit_ms": CLIENT_LAG_LIMIT_MS,

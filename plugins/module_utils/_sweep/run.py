@@ -18,6 +18,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._stats import (
     find_peak,
     gain_per_doubling,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import cachestate
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import (
     AIOHTTP_IMPORT_ERROR,
     HAS_AIOHTTP,
@@ -214,6 +215,7 @@ class _SweepRun:
         """One measured level with its /metrics and /server_info snapshots around it."""
         if self.client is None:
             raise AssertionError("the client is made before the levels")
+        cache_state = await self.prepare_cache(concurrency)
         metrics_before = await _within(self.metrics_snapshot(f"before C={concurrency}"), self.deadline, None)
         scrape_before = self.scrape if metrics_before is not None else None
         samples = _servermetrics.GaugeSamples() if metrics_before is not None else None
@@ -228,6 +230,8 @@ class _SweepRun:
         point["client_processes"] = min(self.processes, concurrency)
         point["client_escalation"] = None
         point["level_warmup"] = warm
+        point["cache_state"] = cache_state
+        point["client_cache"] = cachestate.client_cache(run.traces)
         if metrics_before is not None and metrics_after is not None:
             point["server"] = server_latency(metrics_before, metrics_after)
         point["server_metrics"] = (_servermetrics.level_metrics(scrape_before, self.scrape, samples)
@@ -241,6 +245,29 @@ class _SweepRun:
                                      point["output_tok_s"])
             point["gain_per_doubling"] = None if gain is None else round(gain, 4)
         return point, run, deadline
+
+    async def prepare_cache(self, concurrency: int) -> dict[str, Any] | None:
+        """Before a measured level: flush the server's cache (``flush_cache``), then send each
+        shared prefix once (``warm``). None when neither is asked."""
+        opts = self.opts
+        if not opts.flush_cache and not opts.warm:
+            return None
+        out: dict[str, Any] = {"flush": None, "warm": None}
+        if opts.flush_cache:
+            out["flush"] = await cachestate.flush(self.session, opts.url, opts.flush_timeout)
+            if not out["flush"]["ok"]:
+                self.warnings.append(cachestate.flush_warning(concurrency, out["flush"], opts.flush_timeout))
+        prompts = self.client.workload.warm_prompts() if opts.warm and self.client is not None else []
+        if opts.warm and not prompts:
+            self.warnings.append(f"C={concurrency}: warm is on, but a {opts.workload and opts.workload.get('kind')} "
+                                 "workload has no shared prefix to send: nothing warmed")
+        elif prompts:
+            deadline = min(time.perf_counter() + opts.level_timeout, self.deadline)
+            out["warm"] = await cachestate.warm(self.client, prompts, deadline)
+            if out["warm"]["ok"] < out["warm"]["requests"]:
+                self.warnings.append(f"C={concurrency}: {out['warm']['requests'] - out['warm']['ok']} of "
+                                     f"{out['warm']['requests']} cache warm-up requests failed")
+        return out
 
     async def run_levels(self) -> None:
         for level, concurrency in enumerate(self.opts.concurrency):

@@ -29,6 +29,14 @@ class StreamParser:
         self.error: str | None = None
         self.done = False  # data: [DONE] seen
         self.chunks = 0
+        self.prompt_tokens: int | None = None  # as the server counted them
+        self.cached_tokens: int | None = None  # of them served from its prefix cache
+        self.keep_text = False  # collect the reply's text (multi-turn workloads)
+        self.text_parts: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
 
     def feed(self, t: float, data: str) -> None:
         raise NotImplementedError
@@ -74,6 +82,10 @@ class OpenAIStreamParser(StreamParser):
         usage = obj.get("usage")
         if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
             self.usage_tokens = int(usage["completion_tokens"])
+            self.prompt_tokens = usage.get("prompt_tokens")
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                self.cached_tokens = int(details["cached_tokens"])
         choices = obj.get("choices") or []
         if not choices or not isinstance(choices[0], dict):
             return
@@ -85,6 +97,9 @@ class OpenAIStreamParser(StreamParser):
             "reasoning_content"
         ):
             return  # role-only chat chunk: no token
+        if self.keep_text:
+            piece = choice.get("text") if not isinstance(delta, dict) else delta.get("content")
+            self.text_parts.append(piece if isinstance(piece, str) else "")
         self.token_chunk_times.append(t)
         if self.first_token_t is None:
             self.first_token_t = t
@@ -140,6 +155,11 @@ class NativeStreamParser(StreamParser):
                 return
             count = int(meta["completion_tokens"])
             finish = meta.get("finish_reason")
+            if meta.get("cached_tokens") is not None:
+                self.cached_tokens = int(meta["cached_tokens"])
+            self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
+            if self.keep_text and isinstance(obj.get("text"), str):
+                self.text_parts = [obj["text"]]  # cumulative
         added = count - self._count
         if added > 0:
             self.events.append((t, float(added)))

@@ -48,6 +48,8 @@ class Trace:
     http_status: int | None = None
     output_tokens: int | None = None
     finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
     events: list[tuple[float, float]] = field(default_factory=list)
 
     def fail(self, kind: str, message: str) -> None:
@@ -90,6 +92,8 @@ def finalize_trace(trace: Trace, parser: StreamParser, max_tokens: int) -> None:
     trace.output_tokens = parser.output_tokens
     trace.finish_reason = parser.finish_reason
     trace.events = parser.events
+    trace.prompt_tokens = parser.prompt_tokens
+    trace.cached_tokens = parser.cached_tokens
     if trace.error_kind is not None:
         return
     if parser.error is not None:
@@ -119,6 +123,7 @@ def trace_record(trace: Trace, t0: float) -> dict[str, Any]:
         "http_status": trace.http_status,
         "output_tokens": trace.output_tokens,
         "finish_reason": trace.finish_reason,
+        "cached_tokens": trace.cached_tokens,
         "ttft_ms": None if trace.ttft is None else round(trace.ttft * 1000.0, 3),
         "e2e_s": round(trace.e2e, 4),
         "itl_ms_mean": round(math.fsum(itl) / len(itl) * 1000.0, 4) if itl else None,

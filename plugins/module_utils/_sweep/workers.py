@@ -104,7 +104,8 @@ def split_level(concurrency: int, requests: int | None, processes: int) -> list[
 # ---------------------------------------------------------------------------------------------
 
 _TRACE_FIELDS = ("level", "concurrency", "index", "worker", "start", "end", "first_token_t", "ok",
-                 "error_kind", "error", "http_status", "output_tokens", "finish_reason")
+                 "error_kind", "error", "http_status", "output_tokens", "finish_reason", "prompt_tokens",
+                 "cached_tokens")
 
 
 def to_wire(trace: Any) -> tuple[Any, ...]:

@@ -1,0 +1,88 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The server's prefix cache around a level: ``flush`` (``POST /flush_cache?timeout=N``, which
+SGLang refuses with 400 while a request runs, so the server is given ``flush_timeout`` seconds
+to become idle), ``warm`` (each shared prefix sent once, not measured) and the client's view of
+the hits (``client_cache``: the ``cached_tokens`` the responses reported).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import aiohttp
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TIMEOUTS
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
+
+FLUSH_PATH = "/flush_cache"
+WARM_IN_FLIGHT = 16  # warm-up prefixes sent at once
+
+
+async def flush(session: Any, url: str, timeout: float) -> dict[str, Any]:
+    """Flush the server's cache: ``{"ok", "status", "message", "seconds"}``; never raises (a
+    failure is reported in the result, with what the server said)."""
+    t0 = time.perf_counter()
+    status: int | None = None
+    try:
+        async with session.post(f"{url}{FLUSH_PATH}", params={"timeout": f"{timeout:g}"},
+                                timeout=_client_timeout(timeout + 30.0)) as resp:
+            status = resp.status
+            message = (await resp.text())[:200].strip()
+    except TIMEOUTS:
+        message = f"no answer within {timeout + 30.0:g}s"
+    except Exception as exc:  # noqa: BLE001 - any client error is reported, not raised
+        message = f"{type(exc).__name__}: {exc}"
+    return {"ok": status == 200, "status": status, "message": message,
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _client_timeout(total: float) -> Any:
+    return aiohttp.ClientTimeout(total=total)
+
+
+def flush_warning(concurrency: int, result: dict[str, Any], timeout: float) -> str:
+    """The warning of a flush that failed, with what to do."""
+    if result["status"] == 400:
+        hint = (f"the server was not idle within flush_timeout={timeout:g}s (or another flush ran): "
+                "raise flush_timeout, or stop other traffic to this server")
+    elif result["status"] in (404, 405):
+        hint = "this server has no /flush_cache (a router in front? flush each engine, or leave flush_cache off)"
+    else:
+        hint = "is the server up?"
+    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
+    return (f"C={concurrency}: POST {FLUSH_PATH} failed ({answer}: {result['message']}); "
+            f"the level ran with the cache as the previous level left it: {hint}")
+
+
+async def warm(client: Any, prompts: Sequence[str], deadline: float) -> dict[str, Any]:
+    """Send each prompt once (max_tokens 1), WARM_IN_FLIGHT at a time, until ``deadline``:
+    ``{"requests", "ok", "seconds"}``."""
+    t0 = time.perf_counter()
+    gate = asyncio.Semaphore(WARM_IN_FLIGHT)
+    traces: list[Trace] = []
+
+    async def one(i: int, prompt: str) -> None:
+        async with gate:
+            trace = Trace(level=-2, concurrency=WARM_IN_FLIGHT, index=i, worker=0)
+            traces.append(trace)
+            await client.send(trace, prompt, 1)
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))),
+                               max(deadline - time.perf_counter(), 0.001))
+    except TIMEOUTS:
+        pass
+    return {"requests": len(prompts), "ok": sum(1 for t in traces if t.ok),
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def client_cache(traces: Sequence[Trace]) -> dict[str, Any]:
+    """The hits the responses reported: ``cached_tokens`` over ``prompt_tokens`` of the requests
+    that reported both (native: always; OpenAI: with the server's --enable-cache-report)."""
+    both = [t for t in traces if t.cached_tokens is not None and t.prompt_tokens]
+    prompt = sum(int(t.prompt_tokens or 0) for t in both)
+    cached = sum(int(t.cached_tokens or 0) for t in both)
+    return {"requests": len(both), "prompt_tokens": prompt, "cached_tokens": cached,
+            "cache_hit_rate": round(cached / prompt, 4) if prompt else None}
