@@ -156,10 +156,12 @@ def test_engine_mtp_running_capped_queue_growing_accept_length(tmp_path: Path) -
     from tests.unit.test_sweep import engine_process
 
     seen: list[tuple[int, object]] = []
-    with engine_process(tmp_path / "engine.log", "--max-running-requests", "4", scale=0.01) as base:
+    # scale 0.05: a level of ~16 modelled s is ~0.8 wall s, several scrapes (every 0.25 s) even
+    # when a loaded machine delays some (at 0.01 a level was 0.16 s: one late scrape missed it)
+    with engine_process(tmp_path / "engine.log", "--max-running-requests", "4", scale=0.05) as base:
         facts = sw.run_sweep(sw.SweepOptions(url=base, concurrency=[2, 8], max_tokens=512, warmup=0),
                              on_level=lambda point, scale: seen.append((point["concurrency"], scale)))
-    assert seen == [(2, 0.01), (8, 0.01)]
+    assert seen == [(2, 0.05), (8, 0.05)]
     low, high = (p["server_metrics"] for p in facts["points"])
     assert low["samples"] >= 2 and high["samples"] >= 2  # a level of ~16 modelled s, read every 5
     # C=2 never queues at steady state; a scrape between two arrivals and the scheduler's next
