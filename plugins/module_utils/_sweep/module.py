@@ -59,6 +59,16 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "progress_labels": {"type": "dict"},
     "time_scale": {"type": "float"},
     "client_processes": {"type": "raw", "default": 1},
+    "mode": {"type": "str", "choices": ["concurrency", "rate"], "default": "concurrency"},
+    "rates": {"type": "list", "elements": "float"},
+    "arrival": {"type": "str", "choices": ["poisson", "constant"], "default": "poisson"},
+    "level_duration_s": {"type": "float"},
+    "seed": {"type": "int", "default": 0},
+    "max_inflight": {"type": "int"},
+    "slo": {"type": "dict"},
+    "search": {"type": "bool", "default": False},
+    "search_tolerance": {"type": "float", "default": 0.05},
+    "repeats": {"type": "int", "default": 1},
 }
 MUTUALLY_EXCLUSIVE = [("requests", "duration")]
 

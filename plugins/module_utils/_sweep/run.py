@@ -52,7 +52,9 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options impor
     SweepOptions,
     raise_open_files,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.plan import PlannedLevels, search_fact
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.probe import Probe, server_summary
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.ratelevel import run_rate_level
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.summary import (
     summarize_level,
     summarize_warmup,
@@ -80,7 +82,7 @@ async def _within(awaitable: Any, deadline: float, default: Any) -> Any:
         return default
 
 
-class _SweepRun:
+class _SweepRun(PlannedLevels):
     """One sweep in progress: its options, session, client and what it has found so far."""
 
     def __init__(self, opts: SweepOptions, session: Any) -> None:
@@ -108,6 +110,9 @@ class _SweepRun:
         # client processes per level (docs/sweep.md "Several client processes"); auto starts at 1
         self.processes = max(opts.client_processes, 1)
         self.pool: ClientPool | None = None  # started at the first level that needs it
+        self.rate_plan: tuple[float, list[float]] | None = None  # (rate, offsets) of the rate level to run
+        self.last_rate_run: Any = None  # the last rate level's ratelevel.RateRun
+        self.search_result: dict[str, Any] | None = None
 
     def timeout(self, where: str) -> None:
         self.stopped_on_timeout = True
@@ -242,20 +247,32 @@ class _SweepRun:
             point["gain_per_doubling"] = None if gain is None else round(gain, 4)
         return point, run, deadline
 
+    async def closed_level(self, level: int, concurrency: int) -> tuple[dict[str, Any], LevelRun, float] | None:
+        """One closed-loop level: connections, warm-up round, measure (and auto escalation);
+        None when the sweep's time ran out before it was measured."""
+        self.current = concurrency
+        if time.perf_counter() >= self.deadline:
+            self.timeout(f"before C={concurrency}")
+            return None
+        await _within(self.warm_clients(concurrency), self.deadline, None)
+        warm = await self.level_warmup(level, concurrency)
+        if warm is not None and time.perf_counter() >= self.deadline:
+            self.timeout(f"during the warm-up of C={concurrency}")
+            return None
+        point, run, deadline = await self.measure_level(level, concurrency, warm)
+        if self.opts.client_processes == 0:
+            point, run, deadline = await self.escalate(level, concurrency, warm, point, run, deadline)
+        return point, run, deadline
+
     async def run_levels(self) -> None:
+        if self.opts.mode == "rate" or self.opts.search or self.opts.repeats > 1 or self.opts.slo:
+            await self.run_planned_levels()  # plan.PlannedLevels
+            return
         for level, concurrency in enumerate(self.opts.concurrency):
-            self.current = concurrency
-            if time.perf_counter() >= self.deadline:
-                self.timeout(f"before C={concurrency}")
+            measured = await self.closed_level(level, concurrency)
+            if measured is None:
                 break
-            await _within(self.warm_clients(concurrency), self.deadline, None)
-            warm = await self.level_warmup(level, concurrency)
-            if warm is not None and time.perf_counter() >= self.deadline:
-                self.timeout(f"during the warm-up of C={concurrency}")
-                break
-            point, run, deadline = await self.measure_level(level, concurrency, warm)
-            if self.opts.client_processes == 0:
-                point, run, deadline = await self.escalate(level, concurrency, warm, point, run, deadline)
+            point, run, deadline = measured
             self.points.append(point)
             if self.on_level is not None:
                 self.on_level(point)
@@ -282,6 +299,10 @@ class _SweepRun:
         """The level's C clients: in this process, or spread over ``self.processes``."""
         if self.client is None:
             raise AssertionError("the client is made before the levels")
+        if self.rate_plan is not None:  # an open-loop level (plan.PlannedLevels.rate_level), one process
+            self.last_rate_run = await run_rate_level(self.client, level, self.rate_plan[0], self.rate_plan[1],
+                                                      concurrency, deadline, self.prompts)
+            return self.last_rate_run.run
         if min(self.processes, concurrency) <= 1:
             return await run_level(self.client, level, concurrency, deadline, self.prompts)
         try:
@@ -327,7 +348,8 @@ class _SweepRun:
         self.check_auth()
         if not self.before["ok"]:
             self.warnings.append(f"server info unavailable ({self.before.get('error')}); server fields are null")
-        queued = oversubscription_warning(self.opts.concurrency, self.before.get("max_running_requests"))
+        loads = self.opts.concurrency if self.opts.mode == "concurrency" else []  # rate mode: no C levels
+        queued = oversubscription_warning(loads, self.before.get("max_running_requests"))
         if queued:
             self.warnings.append(queued)
         self.client = Client(self.opts, self.session, self.model)
@@ -408,7 +430,10 @@ def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base
         },
         "points": points,
         "peak": find_peak(points),
-        "knee": find_knee(points, opts.plateau_gain),
+        "knee": find_knee(points, opts.plateau_gain) if opts.mode == "concurrency" else None,
+        "mode": opts.mode,
+        "slo": dict(opts.slo or {}),
+        "slo_limit": search_fact(sweep.search_result, opts.mode),
         "levels_with_errors": [p["concurrency"] for p in points if not clean(p)],
         "stopped_on_plateau": sweep.stopped_on_plateau,
         "stopped_on_timeout": sweep.stopped_on_timeout,
