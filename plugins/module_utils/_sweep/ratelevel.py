@@ -32,7 +32,8 @@ class RateRun:
     due: dict[int, float] = field(default_factory=dict)
     sent: dict[int, float] = field(default_factory=dict)
     unsent: int = 0  # requests due before the deadline cut the level but never sent
-    queued: set[int] = field(default_factory=set)  # requests that found every slot busy
+    # requests that found every slot busy, or were due while an earlier one waited for a slot
+    queued: set[int] = field(default_factory=set)
 
 
 async def run_rate_level(client: Any, level: int, rate: float, offsets: Sequence[float], cap: int,
@@ -54,6 +55,8 @@ async def run_rate_level(client: Any, level: int, rate: float, offsets: Sequence
             free.append(slot)
             slot_freed.set()
 
+    held_until = [t_start]  # when the last wait for a slot ended
+
     async def dispatch() -> None:
         loop = asyncio.get_running_loop()
         for index, offset in enumerate(offsets):
@@ -62,10 +65,13 @@ async def run_rate_level(client: Any, level: int, rate: float, offsets: Sequence
             wait = due - now()
             if wait > 0:
                 await asyncio.sleep(wait)
+            if due < held_until[0]:  # due while an earlier request waited for a slot: queued behind it
+                result.queued.add(index)
             while not free:
                 result.queued.add(index)
                 slot_freed.clear()
                 await slot_freed.wait()
+                held_until[0] = now()
             result.sent[index] = now()
             tasks.append(loop.create_task(one(index, free.pop())))
 
@@ -101,7 +107,8 @@ def rate_fields(rate_run: RateRun, scale: float = 1.0) -> dict[str, Any]:
       the server was offered in fact (below the schedule when the in-flight cap held requests
       back or the client was late);
     - ``queue_delay_ms``: per request, send time - due time (waiting for a slot, and client
-      lateness), its mean/p50/p90/p99; ``queued_requests``: how many found every slot busy;
+      lateness), its mean/p50/p90/p99; ``queued_requests``: how many waited for a slot (found
+      every slot busy, or were due while an earlier request waited for one);
     - ``max_inflight``: the cap; ``unsent``: requests due but cut by the level's deadline.
     """
     due = [rate_run.due[i] for i in sorted(rate_run.due)]
