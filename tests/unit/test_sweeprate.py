@@ -17,8 +17,15 @@ import pytest
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import SweepError
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.openloop import arrival_offsets, level_seed
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.ratelevel import rate_fields, run_rate_level
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.repeats import interval, summarize_repeats, t975
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.ratelevel import (
+    rate_fields,
+    run_rate_level,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.repeats import (
+    interval,
+    summarize_repeats,
+    t975,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.search import Bisection
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.slo import evaluate_slo, parse_slo
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
@@ -42,7 +49,7 @@ def test_poisson_arrivals_are_seeded_and_have_the_rate() -> None:
     assert a == arrival_offsets(20.0, "poisson", 7, count=20000)
     assert a != arrival_offsets(20.0, "poisson", 8, count=20000)
     assert (len(a) - 1) / a[-1] == pytest.approx(20.0, rel=0.02)
-    gaps = [b - x for x, b in zip(a, a[1:])]
+    gaps = [b - x for x, b in zip(a, a[1:], strict=False)]
     mean = math.fsum(gaps) / len(gaps)
     sd = math.sqrt(math.fsum((g - mean) ** 2 for g in gaps) / len(gaps))
     assert sd / mean == pytest.approx(1.0, rel=0.03)  # exponential: coefficient of variation 1
@@ -248,7 +255,7 @@ def test_rate_mode_sends_the_seeded_schedule(server: str) -> None:
                                          level_duration_s=1.0, max_tokens=T, seed=3,
                                          slo={"ttft_p99_ms": 5000}))
     assert facts["mode"] == "rate" and facts["knee"] is None
-    for point, rate in zip(facts["points"], (4.0, 8.0)):
+    for point, rate in zip(facts["points"], (4.0, 8.0), strict=True):
         # every arrival of the schedule was sent, none waited for a slot (the cap is 256)
         assert point["requests"] == len(arrival_offsets(rate, "constant", 0, duration=1.0))
         assert point["ok"] == point["requests"] and point["unsent"] == 0 and point["queued_requests"] == 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._stats import summarize
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TIMEOUTS
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.level import Health, LevelRun
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
 
@@ -84,7 +85,7 @@ async def run_rate_level(client: Any, level: int, rate: float, offsets: Sequence
         if pending:
             _, still = await asyncio.wait(pending, timeout=max(deadline - now(), 0.0))
             result.run.timed_out = bool(still)
-    except asyncio.TimeoutError:
+    except TIMEOUTS:
         result.run.timed_out = True
     finally:
         sender.cancel()
