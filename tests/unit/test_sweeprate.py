@@ -134,6 +134,12 @@ def test_goodput_counts_requests_meeting_every_term() -> None:
     assert ok_only["slo_met"] and ok_only["good_requests"] == 3
 
 
+def test_a_level_where_every_request_failed_meets_no_term() -> None:
+    result = evaluate_slo([_trace(None, [], ok=False)] * 3, parse_slo({"ttft_p50_ms": 100, "itl_mean_ms": 5}), 1.0)
+    assert result["goodput_req_s"] == 0.0 and result["slo_attainment"] == 0.0 and not result["slo_met"]
+    assert all(t["value_ms"] is None and not t["met"] for t in result["slo_terms"].values())
+
+
 def test_goodput_in_the_time_base_of_a_scaled_engine() -> None:
     traces = [_trace(0.100, [0.010]), _trace(0.300, [0.010])]
     # scale 0.5: model latencies are wall / 0.5 (200 ms and 600 ms), rates wall x 0.5

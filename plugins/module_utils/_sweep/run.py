@@ -374,7 +374,7 @@ def _convert_time_base(points: list[dict[str, Any]], records: list[dict[str, Any
         check_latency(point, float(scale))
         names = [f"{key} {'/'.join(stats)}" for key, stats in point["latency_unmeasurable"].items()]
         if names:
-            not_measured.append(f"C={point['concurrency']} ({', '.join(names)})")
+            not_measured.append(f"{_level_label(point)} ({', '.join(names)})")
     if not_measured:
         warnings.append(
             f"time scale {scale:g}: client latencies that disagree with the engine's model by more than "
@@ -384,13 +384,19 @@ def _convert_time_base(points: list[dict[str, Any]], records: list[dict[str, Any
     return "model"
 
 
+def _level_label(point: dict[str, Any]) -> str:
+    """How warnings name a level: C=8, or rate=4 req/s in rate mode."""
+    rate = point.get("offered_rate")
+    return f"C={point['concurrency']}" if rate is None else f"rate={rate:g} req/s"
+
+
 def _drift_warnings(points: list[dict[str, Any]]) -> list[str]:
     warnings = []
     for point in points:
         drift = point.get("drift") or {}
         if drift.get("flagged"):
             warnings.append(
-                f"C={point['concurrency']}: throughput changed within the level: {drift['first_half_tok_s']} tok/s "
+                f"{_level_label(point)}: throughput changed within the level: {drift['first_half_tok_s']} tok/s "
                 f"in the first half of its {drift['window']} window, {drift['second_half_tok_s']} in the second "
                 f"(x{drift['ratio']:.2f}, threshold {DRIFT_THRESHOLD:.0%}): the server's speed was not steady "
                 "(compilation, caches, throttling or other load)"

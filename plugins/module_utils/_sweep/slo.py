@@ -57,8 +57,10 @@ def _stat(values: Sequence[float], stat: str) -> float | None:
     if not values:
         return None
     if stat == "mean":
-        return math.fsum(values) / len(values)
-    return percentile(sorted(values), float(stat[1:]))
+        value = math.fsum(values) / len(values)
+    else:
+        value = percentile(sorted(values), float(stat[1:]))
+    return math.inf if value is not None and math.isnan(value) else value  # between two inf samples
 
 
 def request_values(trace: Any, metric: str, stat: str, scale: float) -> float | None:
