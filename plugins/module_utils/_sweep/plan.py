@@ -48,10 +48,11 @@ class PlannedLevels:
     def cap(self) -> int:
         return int(self.opts.max_inflight or self.opts.max_concurrency)
 
-    async def rate_level(self, level: int, rate: float, repeat: int) -> tuple[dict[str, Any], Any, float]:
+    async def rate_level(self, level: int, rate: float) -> tuple[dict[str, Any], Any, float]:
         """One open-loop level at ``rate`` requests/s (in the sweep's time base)."""
         opts, scale = self.opts, self.scale()
-        offsets = arrival_offsets(rate / scale, opts.arrival, level_seed(opts.seed, level, repeat),
+        # every repeat of a level sends the same schedule: the runs differ by the server only
+        offsets = arrival_offsets(rate / scale, opts.arrival, level_seed(opts.seed, level),
                                   count=opts.requests,
                                   duration=None if opts.requests else float(opts.level_duration_s) * scale)
         await self.probe.warm_connections(min(self.cap(), RATE_WARM_CONNECTIONS))
@@ -61,13 +62,17 @@ class PlannedLevels:
         finally:
             self.rate_plan = None
         point.update(rate_fields(self.last_rate_run, scale))
+        drift = point.get("drift")
+        if isinstance(drift, dict) and drift.get("flagged"):
+            # open loop: the tokens per second follow the random arrivals, not the server's speed
+            point["drift"] = {**drift, "flagged": False, "not_judged": "open loop"}
         return point, run, deadline
 
     async def one_level(self, level: int, load: float, repeat: int) -> tuple[dict[str, Any], Any, float] | None:
         """One measured level (rate or closed loop), its SLO verdict added; None when the sweep
         ran out of time before it."""
         if self.opts.mode == "rate":
-            measured = await self.rate_level(level, float(load), repeat)
+            measured = await self.rate_level(level, float(load))
         else:
             measured = await self.closed_level(level, int(load))  # type: ignore[attr-defined]
         if measured is None:

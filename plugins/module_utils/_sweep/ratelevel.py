@@ -121,7 +121,7 @@ def rate_fields(rate_run: RateRun, scale: float = 1.0) -> dict[str, Any]:
         return round((len(times) - 1) / span * scale, 4) if span > 0 else None
 
     return {
-        "offered_rate": rate_run.rate,
+        "offered_rate": round(rate_run.rate, 4),
         "scheduled_rate": rate(due),
         "achieved_rate": rate(sent),
         "max_inflight": rate_run.cap,
