@@ -299,3 +299,30 @@ def test_slo_search_finds_the_servers_capacity(server: str) -> None:
     assert 0.6 * capacity <= limit["highest_pass"] <= 1.5 * capacity
     assert [p["load"] for p in limit["probes"]][:2] == [4.0, 8.0]
     assert len(facts["points"]) == len(limit["probes"])
+
+
+def test_the_report_shows_rate_levels_goodput_and_the_search() -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._report.ratetable import render_rate_table
+
+    assert render_rate_table({"points": [{"concurrency": 4, "output_tok_s": 10.0}]}) is None
+    sweep = {
+        "slo": {"ttft_p99_ms": 500.0},
+        "slo_limit": {"unit": "req_s", "highest_pass": 8.0, "lowest_fail": 8.5, "converged": True,
+                      "tolerance": 0.1, "probes": [{"load": 4.0}, {"load": 8.0}, {"load": 16.0}, {"load": 8.5}]},
+        "points": [
+            {"concurrency": 64, "offered_rate": 16.0, "achieved_rate": 15.5, "queued_requests": 3,
+             "queue_delay_ms": {"p99": 12.0}, "goodput_req_s": 2.0, "goodput_tok_s": 200.0,
+             "slo_attainment": 0.125, "slo_met": False},
+            {"concurrency": 64, "offered_rate": 4.0, "achieved_rate": 4.0, "queued_requests": 0,
+             "queue_delay_ms": {"p99": 0.5}, "goodput_req_s": 4.0, "goodput_tok_s": 400.0, "slo_attainment": 1.0,
+             "slo_met": True, "repeats": {"disagree": False, "measures": {"output_tok_s": {
+                 "mean": 400.0, "half_width": 4.0, "n": 3}}}},
+        ],
+    }
+    text = render_rate_table(sweep)
+    assert text is not None
+    rows = [line for line in text.splitlines() if line.startswith("| 4") or line.startswith("| 16")]
+    assert rows[0] == "| 4 req/s | 4.00 | 0 | 0.5 | 4.00 | 400.0 | 1.000 | yes | 400.0 ± 4.0 (3) |"
+    assert rows[1] == "| 16 req/s | 15.50 | 3 | 12.0 | 2.00 | 200.0 | 0.125 | **no** | - |"
+    assert text.startswith("SLO ttft_p99_ms 500:")
+    assert "highest passing 8.0 req_s, lowest failing 8.5 (4 probes, converged within 0.1)" in text

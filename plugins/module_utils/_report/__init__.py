@@ -19,8 +19,8 @@ and a relative ``latest`` symlink beside the folder. Every field of the sweep is
 here: a missing value is shown as ``-`` and never stops the report.
 
 One job per file; each imports only files before it in this list, never this ``__init__``:
-``common`` (marks, formatting, levels, peak and knee, normalized items), ``tables`` (one
-instance's tables, notes and findings), ``fleetview`` (the fleet view), ``markdown``
+``common`` (marks, formatting, levels, peak and knee, normalized items), ``ratetable`` (rate
+levels, goodput and repeats), ``tables`` (one instance's tables, notes and findings), ``fleetview`` (the fleet view), ``markdown``
 (``summary.md``), ``plots`` (the PNGs) and ``files`` (``write_report``: every file, the
 ``latest`` link). The names below are re-exported: ``from ..._report import write_report``.
 """
