@@ -326,3 +326,26 @@ def test_the_report_shows_rate_levels_goodput_and_the_search() -> None:
     assert rows[1] == "| 16 req/s | 15.50 | 3 | 12.0 | 2.00 | 200.0 | 0.125 | **no** | - |"
     assert text.startswith("SLO ttft_p99_ms 500:")
     assert "highest passing 8.0 req_s, lowest failing 8.5 (4 probes, converged within 0.1)" in text
+
+
+def test_repeats_of_a_time_scaled_engine_are_in_modelled_time() -> None:
+    runs = [{"output_tok_s": 10.0, "ttft_ms": {"p50": 1.0}, "goodput_req_s": 5.0}] * 2
+    block = summarize_repeats(runs, scale=0.1)
+    assert block["measures"]["output_tok_s"]["mean"] == 1.0  # wall rate x scale
+    assert block["measures"]["ttft_ms_p50"]["mean"] == 10.0  # wall time / scale
+    assert block["measures"]["goodput_req_s"]["mean"] == 5.0  # already in the time base
+
+
+def test_closed_loop_levels_with_an_slo_and_repeats(server: str) -> None:
+    configure(server, **CFG)
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[1, 4], max_tokens=T, repeats=2,
+                                         slo={"e2e_p50_ms": 100000}))
+    points = facts["points"]
+    assert [p["concurrency"] for p in points] == [1, 4] and facts["mode"] == "concurrency"
+    for point in points:
+        assert point["repeats"]["n"] == 2 and point["repeats"]["measures"]["output_tok_s"]["half_width"] is not None
+        assert point["slo_met"] and point["good_requests"] == point["requests"] == 8
+        assert "offered_rate" not in point
+    # every run's records are kept, marked with their repeat
+    assert sorted({(r["concurrency"], r["repeat"]) for r in facts["records"]}) == [(1, 0), (1, 1), (4, 0), (4, 1)]
+    assert facts["slo_limit"] is None

@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.curve import plateau_reached
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.openloop import (
     MAX_SEARCH_PROBES,
     arrival_offsets,
@@ -39,6 +40,7 @@ class PlannedLevels:
     rate_plan: tuple[float, list[float]] | None
     last_rate_run: Any
     search_result: dict[str, Any] | None
+    stopped_on_plateau: bool
 
     def scale(self) -> float:
         """The time base's factor (model rate = wall rate x scale; 1 on a real server)."""
@@ -108,7 +110,7 @@ class PlannedLevels:
             return None
         point = runs[0]
         if self.opts.repeats > 1:
-            point["repeats"] = summarize_repeats(runs)
+            point["repeats"] = summarize_repeats(runs, scale=self.scale())
             if self.opts.slo:
                 point["slo_met"] = all(p.get("slo_met") for p in runs)
         self.points.append(point)
@@ -126,6 +128,9 @@ class PlannedLevels:
         loads = opts.rates if opts.mode == "rate" else opts.concurrency
         for level, load in enumerate(loads):
             if await self.measured_load(level, load) is None or getattr(self, "stopped_on_timeout", False):
+                break
+            if opts.mode == "concurrency" and opts.stop_on_plateau and plateau_reached(self.points, opts.plateau_gain):
+                self.stopped_on_plateau = True
                 break
 
     async def run_search(self) -> None:

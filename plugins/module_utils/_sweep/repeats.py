@@ -19,18 +19,19 @@ REPEAT_CI_LIMIT = 0.05
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042)
-# The measures of a point summarized over its runs: (name, path in the point).
-MEASURES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("output_tok_s", ("output_tok_s",)),
-    ("req_s", ("req_s",)),
-    ("achieved_rate", ("achieved_rate",)),
-    ("goodput_req_s", ("goodput_req_s",)),
-    ("ttft_ms_p50", ("ttft_ms", "p50")),
-    ("ttft_ms_p99", ("ttft_ms", "p99")),
-    ("itl_ms_p50", ("itl_ms", "p50")),
-    ("itl_ms_p99", ("itl_ms", "p99")),
-    ("tpot_ms_p50", ("tpot_ms", "p50")),
-    ("e2e_s_p50", ("e2e_s", "p50")),
+# The measures of a point summarized over its runs: (name, path in the point, how a time scale
+# converts it: "rate" x scale, "time" / scale, "" already in the sweep's time base).
+MEASURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("output_tok_s", ("output_tok_s",), "rate"),
+    ("req_s", ("req_s",), "rate"),
+    ("achieved_rate", ("achieved_rate",), ""),
+    ("goodput_req_s", ("goodput_req_s",), ""),
+    ("ttft_ms_p50", ("ttft_ms", "p50"), "time"),
+    ("ttft_ms_p99", ("ttft_ms", "p99"), "time"),
+    ("itl_ms_p50", ("itl_ms", "p50"), "time"),
+    ("itl_ms_p99", ("itl_ms", "p99"), "time"),
+    ("tpot_ms_p50", ("tpot_ms", "p50"), "time"),
+    ("e2e_s_p50", ("e2e_s", "p50"), "time"),
 )
 THROUGHPUT = ("output_tok_s", "req_s")
 
@@ -65,13 +66,16 @@ def _get(point: dict[str, Any], path: tuple[str, ...]) -> Any:
     return value
 
 
-def summarize_repeats(points: Sequence[dict[str, Any]], limit: float = REPEAT_CI_LIMIT) -> dict[str, Any]:
-    """The ``repeats`` block of a level measured ``len(points)`` times."""
+def summarize_repeats(points: Sequence[dict[str, Any]], limit: float = REPEAT_CI_LIMIT,
+                      scale: float = 1.0) -> dict[str, Any]:
+    """The ``repeats`` block of a level measured ``len(points)`` times (points as measured, in
+    wall-clock time; ``scale``: the time-scaled engine's, to give the block in modelled time)."""
     measures: dict[str, Any] = {}
-    for name, path in MEASURES:
+    factor = {"rate": scale, "time": 1.0 / scale, "": 1.0}
+    for name, path, kind in MEASURES:
         values = [_get(p, path) for p in points]
         if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            measures[name] = interval([float(v) for v in values])
+            measures[name] = interval([round(float(v) * factor[kind], 4) for v in values])
     wide = [name for name in THROUGHPUT
             if (measures.get(name) or {}).get("rel_half_width") is not None
             and measures[name]["rel_half_width"] > limit]
