@@ -349,3 +349,14 @@ def test_closed_loop_levels_with_an_slo_and_repeats(server: str) -> None:
     # every run's records are kept, marked with their repeat
     assert sorted({(r["concurrency"], r["repeat"]) for r in facts["records"]}) == [(1, 0), (1, 1), (4, 0), (4, 1)]
     assert facts["slo_limit"] is None
+
+
+def test_slo_search_over_concurrency_finds_the_slot_count(server: str) -> None:
+    configure(server, **CFG)
+    # up to K = 4 clients a request never waits (TTFT = P + 1/R = 52.5 ms); from 5 on some wait a
+    # whole S = 300 ms for a slot, so TTFT p99 <= 200 ms holds up to C = 4 exactly
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[1], max_tokens=T, search=True,
+                                         slo={"ttft_p99_ms": 200}, level_warmup=False))
+    limit = facts["slo_limit"]
+    assert (limit["unit"], limit["highest_pass"], limit["lowest_fail"]) == ("concurrency", 4, 5)
+    assert [p["load"] for p in limit["probes"]] == [1, 2, 4, 8, 6, 5]
