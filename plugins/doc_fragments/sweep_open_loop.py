@@ -38,9 +38,10 @@ options:
         O(requests) (a request count per level); 60 when neither is set in mode C(rate).
     type: float
   seed:
-    description: Seed of the arrival schedule; each level and repeat derives its own from it, the same on every run.
+    description:
+      - Seed of every random choice (the arrival schedules of mode C(rate): each level derives its own from it,
+        the same on every run and in every repeat). Default 42.
     type: int
-    default: 0
   max_inflight:
     description:
       - Mode C(rate), the most requests in flight at once (C(--max-concurrency) of bench_serving). A

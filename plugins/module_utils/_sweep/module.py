@@ -63,7 +63,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "rates": {"type": "list", "elements": "float"},
     "arrival": {"type": "str", "choices": ["poisson", "constant"], "default": "poisson"},
     "level_duration_s": {"type": "float"},
-    "seed": {"type": "int", "default": 0},
+    "seed": {"type": "int"},
     "max_inflight": {"type": "int"},
     "slo": {"type": "dict"},
     "search": {"type": "bool", "default": False},

@@ -22,6 +22,8 @@ MAX_REPEATS = 100
 DEFAULT_SEARCH_TOLERANCE = 0.05
 # The most levels one SLO search measures (bracketing and bisection together).
 MAX_SEARCH_PROBES = 24
+# The seed when none is given (the workloads' default too).
+DEFAULT_SEED = 42
 
 
 def arrival_offsets(rate: float, arrival: str, seed: int, count: int | None = None,
@@ -44,6 +46,11 @@ def arrival_offsets(rate: float, arrival: str, seed: int, count: int | None = No
             return offsets
         offsets.append(t)
         t += rng.expovariate(rate) if arrival == "poisson" else 1.0 / rate
+
+
+def arrival_seed(seed: int | None) -> int:
+    """The seed the arrival schedules derive from: the ``seed`` option, DEFAULT_SEED without one."""
+    return DEFAULT_SEED if seed is None else int(seed)
 
 
 def level_seed(seed: int, level: int, repeat: int = 0) -> int:
@@ -95,7 +102,7 @@ def check_open_loop(opts: Any) -> dict[str, Any]:
     if mode == "rate" and opts.duration is not None:
         raise SweepError("in mode rate, give the time per level as level_duration_s (duration is the closed-loop "
                          "option)")
-    if isinstance(opts.seed, bool) or not isinstance(opts.seed, int):
+    if opts.seed is not None and (isinstance(opts.seed, bool) or not isinstance(opts.seed, int)):
         raise SweepError(f"seed must be an integer, got {opts.seed!r}")
     repeats = opts.repeats
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
@@ -117,7 +124,7 @@ def check_open_loop(opts: Any) -> dict[str, Any]:
         level_duration = DEFAULT_LEVEL_DURATION_S
     return {
         "mode": mode, "rates": rates, "arrival": opts.arrival, "level_duration_s": level_duration,
-        "seed": int(opts.seed), "repeats": repeats, "slo": slo, "search": search,
+        "repeats": repeats, "slo": slo, "search": search,
         "search_tolerance": tolerance, "max_inflight": inflight,
     }
 
@@ -126,7 +133,7 @@ def open_loop_effective(opts: Any) -> dict[str, Any]:
     """The open-loop options as run, for the facts."""
     return {
         "mode": opts.mode, "rates": list(opts.rates or []), "arrival": opts.arrival,
-        "level_duration_s": opts.level_duration_s, "seed": opts.seed,
+        "level_duration_s": opts.level_duration_s, "arrival_seed": arrival_seed(opts.seed),
         "max_inflight": opts.max_inflight if opts.max_inflight is not None else opts.max_concurrency,
         "slo": dict(opts.slo or {}), "search": opts.search, "search_tolerance": opts.search_tolerance,
         "repeats": opts.repeats,

@@ -121,7 +121,7 @@ class SweepOptions:
     rates: list[float] | None = None
     arrival: str = "poisson"
     level_duration_s: float | None = None
-    seed: int = 0
+    seed: int | None = None  # None: openloop.DEFAULT_SEED (42, as the workloads' default)
     max_inflight: int | None = None
     slo: dict[str, Any] | None = None
     search: bool = False

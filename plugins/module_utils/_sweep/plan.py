@@ -15,6 +15,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.curve import 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.openloop import (
     MAX_SEARCH_PROBES,
     arrival_offsets,
+    arrival_seed,
     level_seed,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.ratelevel import rate_fields
@@ -54,7 +55,7 @@ class PlannedLevels:
         """One open-loop level at ``rate`` requests/s (in the sweep's time base)."""
         opts, scale = self.opts, self.scale()
         # every repeat of a level sends the same schedule: the runs differ by the server only
-        offsets = arrival_offsets(rate / scale, opts.arrival, level_seed(opts.seed, level),
+        offsets = arrival_offsets(rate / scale, opts.arrival, level_seed(arrival_seed(opts.seed), level),
                                   count=opts.requests,
                                   duration=None if opts.requests else float(opts.level_duration_s) * scale)
         await self.probe.warm_connections(min(self.cap(), RATE_WARM_CONNECTIONS))
