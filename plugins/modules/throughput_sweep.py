@@ -359,24 +359,6 @@ EXAMPLES = r"""
     jobs: ["{{ started }}"]
     heartbeat_file: /tmp/sweep-gpu0.heartbeat
 
-- name: Open loop, Poisson arrivals at 2, 4 and 8 requests/s for 120 s each, goodput under an SLO
-  llmops.sglang.throughput_sweep:
-    url: http://127.0.0.1:30000
-    mode: rate
-    rates: [2, 4, 8]
-    level_duration_s: 120
-    seed: 1
-    slo: {ttft_p99_ms: 500, itl_p50_ms: 50}
-
-- name: The highest rate with TTFT p99 under 500 ms, within 5%, each probe measured 3 times
-  llmops.sglang.throughput_sweep:
-    url: http://127.0.0.1:30000
-    mode: rate
-    rates: [1]
-    search: true
-    slo: {ttft_p99_ms: 500}
-    repeats: 3
-
 - name: Show peak and knee
   ansible.builtin.debug:
     msg: >-
@@ -590,58 +572,29 @@ ansible_facts:
               type: list
               elements: dict
             offered_rate:
-              description: Mode C(rate), the level's rate (requests/s) asked for.
-              type: float
-            scheduled_rate:
-              description: Mode C(rate), the rate of the seeded schedule itself, (n - 1) / (last due - first due).
+              description: Mode C(rate), the rate asked for (req/s); C(scheduled_rate), the seeded schedule's own.
               type: float
             achieved_rate:
-              description:
-                - Mode C(rate), the rate at which requests were sent in fact, (n - 1) / (last send - first send);
-                  below the schedule when O(max_inflight) held requests back or the client was late.
+              description: Mode C(rate), (n - 1) / (last send - first send), the rate the server was offered in fact.
               type: float
-            max_inflight:
-              description: Mode C(rate), the in-flight cap (O(max_inflight)). The point's C(concurrency) is the same number.
-              type: int
-            queued_requests:
-              description: Mode C(rate), requests that waited for a slot under the in-flight cap.
-              type: int
             queue_delay_ms:
-              description: Mode C(rate), send time minus due time of the requests (C(mean), C(p50), C(p90), C(p99), ms).
+              description: Mode C(rate), send minus due time (mean, p50, p90, p99); also C(queued_requests),
+                C(max_inflight) (the cap, also the point's C(concurrency)) and C(unsent) (see docs/sweep.md).
               type: dict
-            unsent:
-              description: Mode C(rate), requests due but not sent before the level's time limit.
-              type: int
             goodput_req_s:
-              description: With O(slo), requests that succeeded and met every term, per second of the level.
+              description: With O(slo), requests that succeeded and met every term, per second.
               type: float
             goodput_tok_s:
               description: With O(slo), output tokens of those requests per second.
               type: float
-            good_requests:
-              description: With O(slo), how many requests met every term.
-              type: int
-            slo_attainment:
-              description: With O(slo), good requests / all requests of the level (failures included).
-              type: float
             slo_met:
-              description:
-                - With O(slo), whether the level met it, each term's statistic over the level (failed
-                  requests as infinitely late) within its threshold; with O(repeats), in every run.
+              description: With O(slo), each term's statistic over the level (failures as infinitely late) within
+                its threshold (with O(repeats), in every run); also C(good_requests), C(slo_attainment) (good / all
+                requests) and C(slo_terms) (per term C(threshold_ms), C(value_ms), C(met), C(attainment)).
               type: bool
-            slo_terms:
-              description:
-                - With O(slo), per term C(threshold_ms), C(value_ms) (the level's statistic, null when
-                  infinite), C(met), C(attainment) (share of the requests meeting that term alone).
-              type: dict
-            repeat:
-              description: With O(slo), O(repeats), O(search) or mode C(rate), which run of the level this point is (0).
-              type: int
             repeats:
-              description:
-                - With O(repeats) > 1, C(n), C(measures) (per measure C(mean), C(ci95_low), C(ci95_high),
-                  C(half_width), C(rel_half_width), C(runs)), C(disagree) and C(disagree_on) (throughput
-                  measures whose interval is wider than C(ci_limit) of the mean).
+              description: With O(repeats) > 1, C(n), C(measures) (per measure C(mean), C(ci95_low), C(ci95_high),
+                C(half_width), C(rel_half_width), C(runs)), C(disagree) and C(disagree_on). Each point has C(repeat) 0.
               type: dict
             gain_per_doubling:
               description:
@@ -721,19 +674,11 @@ ansible_facts:
           type: dict
           sample: {concurrency: 8, output_tok_s: 369.7, share_of_peak: 0.9039, rule: share_of_peak}
         mode:
-          description: C(concurrency) or C(rate), as run.
+          description: C(concurrency) or C(rate), as run; C(slo), the SLO the levels were judged by ({} without).
           type: str
-          sample: rate
-        slo:
-          description: The SLO the levels were judged by ({} without O(slo)).
-          type: dict
-          sample: {ttft_p99_ms: 500.0}
         slo_limit:
-          description:
-            - With O(search), the answer, else null. C(unit) (C(req_s) or C(concurrency)), C(highest_pass)
-              (the highest load that met the SLO, null when none did), C(lowest_fail) (the lowest that did
-              not, null when none failed), C(converged) (their relative gap C(relative_gap) is within
-              C(tolerance)), and the C(probes) in the order measured (C(load), C(slo_met)).
+          description: With O(search), C(unit) (C(req_s) or C(concurrency)), C(highest_pass), C(lowest_fail),
+            C(relative_gap), C(converged), C(tolerance) and the C(probes) (C(load), C(slo_met))); else null.
           type: dict
         levels_with_errors:
           description: The concurrency of each level with a failed request (C(status) not C(ok)).
