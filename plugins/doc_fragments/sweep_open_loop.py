@@ -39,7 +39,7 @@ options:
     type: float
   seed:
     description:
-      - Seed of every random choice (the arrival schedules of mode C(rate): each level derives its own from it,
+      - Seed of every random choice (the arrival schedules of mode C(rate); each level derives its own from it,
         the same on every run and in every repeat). Default 42.
     type: int
   max_inflight:
