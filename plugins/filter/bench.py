@@ -8,6 +8,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _fleet, _report
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _capacity
 
 
 def _sweeps_by_instance(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -68,9 +69,24 @@ def _sweep_failures(items: list[dict[str, Any]]) -> list[str]:
         raise AnsibleFilterError(f"sweep_failures: {exc}") from exc
 
 
+def _bench_capacity(items: list[dict[str, Any]], hostvars: Any, hosts: list[str], target_rps: Any) -> dict[str, Any]:
+    """Report items + hostvars (their sglang_host facts) + the inventory's hosts + the target
+    (req/s) -> the sglang_capacity fact (plugin_utils/_capacity.py)."""
+    facts = {}
+    for host in hosts or []:
+        host_vars = hostvars.get(host) or {}
+        fact = (host_vars.get("ansible_facts") or {}).get("sglang_host") or host_vars.get("sglang_host")
+        facts[str(host)] = dict(fact) if isinstance(fact, dict) else {}
+    try:
+        return _capacity.capacity(items or [], facts, target_rps)
+    except _capacity.CapacityError as exc:
+        raise AnsibleFilterError(f"bench_capacity: {exc}") from exc
+
+
 class FilterModule:
     """Bench filters."""
 
     def filters(self) -> dict[str, Any]:
         return {"sweeps_by_instance": _sweeps_by_instance, "report_items": _report_items,
-                "router_report_items": _router_report_items, "sweep_failures": _sweep_failures}
+                "router_report_items": _router_report_items, "sweep_failures": _sweep_failures,
+                "bench_capacity": _bench_capacity, "capacity_markdown": _capacity.render_markdown}

@@ -264,53 +264,10 @@ options:
       - An integer from 0 to 256, or C(auto).
     type: raw
     default: 1
-  workload:
-    description:
-      - What each measured request asks (docs/sweep.md "Workloads"). A mapping whose C(kind) is
-        C(random) (the default, the O(prompts) round-robin, or with C(input_len) random text of that
-        length), C(shared_prefix) (C(groups) x C(prompts_per_group) prompts, each group's
-        C(prefix_len)-token prefix followed by a C(suffix_len)-token suffix; C(order)
-        C(shuffled), C(round_robin) or C(grouped); like SGLang's generated-shared-prefix),
-        C(multi_turn) (C(conversations) of C(turns) user turns of C(input_len) tokens, each turn
-        sent with the conversation so far and the server's replies, C(think_time_s) before each
-        later turn; a level's requests and clients count conversations) or C(file) (C(path), a
-        JSONL file on the host running the sweep, each line an object with a C(prompt) string,
-        C(messages) (OpenAI chat) or C(conversations) (ShareGPT), and optionally C(max_tokens);
-        C(order) C(sequential) or C(shuffled)).
-      - Lengths (C(input_len), C(output_len), C(prefix_len), C(suffix_len), C(think_time_s)) are a
-        number or a distribution, a mapping with C(dist) C(uniform) (C(min), C(max)), C(normal) or
-        C(lognormal) (C(mean), C(std), optional C(min), C(max) to clip to). C(output_len) sets each
-        request's max_tokens (default O(max_tokens)). Generated text has 4 characters a token (exact on the embedded engine).
-      - The level warm-up keeps sending O(prompts), so it does not fill the prefix cache.
-      - Recorded, with the seed, in the result's C(options.workload).
-    type: dict
-  seed:
-    description:
-      - The seed of every random choice of the workload (request i is the same in every run and
-        client process). Default 42.
-    type: int
-  flush_cache:
-    description:
-      - Before each measured level (after its warm-up round), C(POST /flush_cache?timeout=)
-        O(flush_timeout), so the server's prefix cache (device, and the HiCache host pool from
-        SGLang 0.5.23) starts empty. SGLang refuses (400) while requests run; a failed flush is a
-        warning and the point's C(cache_state.flush) says what the server answered.
-    type: bool
-    default: false
-  flush_timeout:
-    description:
-      - Seconds the server may wait for idle before it flushes (its C(timeout) query).
-    type: float
-    default: 60.0
-  warm:
-    description:
-      - Before each measured level (after the flush), send each shared prefix of a
-        C(shared_prefix) workload once (max_tokens 1, not measured), so the level starts with the
-        prefixes cached. The point's C(cache_state.warm) counts them.
-    type: bool
-    default: false
 extends_documentation_fragment:
   - llmops.sglang.server_api
+  - llmops.sglang.sweep_open_loop
+  - llmops.sglang.sweep_workload
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
@@ -632,6 +589,31 @@ ansible_facts:
                   C(output_tok_s) and C(client), before it was measured again with more processes.
               type: list
               elements: dict
+            offered_rate:
+              description: Mode C(rate), the rate asked for (req/s); C(scheduled_rate), the seeded schedule's own.
+              type: float
+            achieved_rate:
+              description: Mode C(rate), (n - 1) / (last send - first send), the rate the server was offered in fact.
+              type: float
+            queue_delay_ms:
+              description: Mode C(rate), send minus due time (mean, p50, p90, p99); also C(queued_requests),
+                C(max_inflight) (the cap, also the point's C(concurrency)) and C(unsent) (see docs/sweep.md).
+              type: dict
+            goodput_req_s:
+              description: With O(slo), requests that succeeded and met every term, per second.
+              type: float
+            goodput_tok_s:
+              description: With O(slo), output tokens of those requests per second.
+              type: float
+            slo_met:
+              description: With O(slo), each term's statistic over the level (failures as infinitely late) within
+                its threshold (with O(repeats), in every run); also C(good_requests), C(slo_attainment) (good / all
+                requests) and C(slo_terms) (per term C(threshold_ms), C(value_ms), C(met), C(attainment)).
+              type: bool
+            repeats:
+              description: With O(repeats) > 1, C(n), C(measures) (per measure C(mean), C(ci95_low), C(ci95_high),
+                C(half_width), C(rel_half_width), C(runs)), C(disagree) and C(disagree_on). Each point has C(repeat) 0.
+              type: dict
             gain_per_doubling:
               description:
                 - (this tok/s / previous level's - 1) / log2(this C / previous C), between levels
@@ -721,6 +703,13 @@ ansible_facts:
             - Levels with failed requests are left out. Null when no level ran without errors.
           type: dict
           sample: {concurrency: 8, output_tok_s: 369.7, share_of_peak: 0.9039, rule: share_of_peak}
+        mode:
+          description: C(concurrency) or C(rate), as run; C(slo), the SLO the levels were judged by ({} without).
+          type: str
+        slo_limit:
+          description: With O(search), C(unit) (C(req_s) or C(concurrency)), C(highest_pass), C(lowest_fail),
+            C(relative_gap), C(converged), C(tolerance) and the C(probes) (C(load), C(slo_met))); else null.
+          type: dict
         levels_with_errors:
           description: The concurrency of each level with a failed request (C(status) not C(ok)).
           type: list

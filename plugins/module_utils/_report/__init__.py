@@ -20,10 +20,11 @@ here: a missing value is shown as ``-`` and never stops the report.
 
 One job per file; each imports only files before it in this list, never this ``__init__``:
 ``common`` (marks, formatting, levels, peak and knee, normalized items), ``cache`` (the workload
-line and prefix-cache table), ``tables`` (one instance's tables, notes and findings),
-``fleetview`` (the fleet view), ``markdown`` (``summary.md``), ``plots`` (the PNGs), ``html``
-(``report.html``, self-contained) and ``files`` (``write_report``: every file, the ``latest``
-link). The names below are re-exported: ``from ..._report import write_report``.
+line and prefix-cache table), ``ratetable`` (rate levels, goodput and repeats), ``tables`` (one
+instance's tables, notes and findings), ``fleetview`` (the fleet view), ``markdown``
+(``summary.md``), ``plots`` (the PNGs), ``html`` (``report.html``, self-contained) and ``files``
+(``write_report``: every file, the ``latest`` link). The names below are re-exported:
+``from ..._report import write_report``.
 """
 from __future__ import annotations
 

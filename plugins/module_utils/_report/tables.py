@@ -30,6 +30,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.common impor
     points_of,
     unmeasurable,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._report.ratetable import render_rate_table
 
 # summary.md per-instance table: the seed's seven columns, then latency.
 TABLE_HEADER: tuple[str, ...] = (
@@ -296,6 +297,9 @@ def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
     if server_line:
         parts.append(server_line)
     parts.append(render_table(sweep))
+    rate = render_rate_table(sweep)  # rate levels, goodput, repeats (ratetable.py)
+    if rate is not None:
+        parts.append(rate)
     parts.append(render_findings(sweep))
     server = render_server_table(sweep)
     if server is not None:

@@ -42,7 +42,11 @@ before it in this list, never this ``__init__``, so the package has no import cy
 - ``drift``: the steady window and the drift check; ``histograms``: the server's latency
   histograms; ``timebase``: the time-scaled engine's model time and the latency check;
 - ``summary``: a level's point; ``curve``: plateau and warnings over the levels;
-- ``workers``: several client processes for one level; ``run``: the sweep (``run_sweep``);
+- ``openloop``: the open-loop options (mode, rates, arrival, slo, search, repeats) and the seeded
+  arrival schedule; ``ratelevel``: one open-loop level with its in-flight cap; ``slo``: goodput and
+  the SLO verdict; ``search``: the SLO search's bisection; ``repeats``: intervals over repeated levels;
+- ``workers``: several client processes for one level; ``plan``: rate levels, the search and
+  repeats over run's level primitives; ``run``: the sweep (``run_sweep``);
 - ``module``: the ``throughput_sweep`` module's argument spec and main, over ``run_sweep``.
 
 Statistics the controller also needs (percentiles, summaries, clean levels, peak, knee) are in

@@ -64,6 +64,15 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "flush_cache": {"type": "bool", "default": False},
     "flush_timeout": {"type": "float", "default": 60.0},
     "warm": {"type": "bool", "default": False},
+    "mode": {"type": "str", "choices": ["concurrency", "rate"], "default": "concurrency"},
+    "rates": {"type": "list", "elements": "float"},
+    "arrival": {"type": "str", "choices": ["poisson", "constant"], "default": "poisson"},
+    "level_duration_s": {"type": "float"},
+    "max_inflight": {"type": "int"},
+    "slo": {"type": "dict"},
+    "search": {"type": "bool", "default": False},
+    "search_tolerance": {"type": "float", "default": 0.05},
+    "repeats": {"type": "int", "default": 1},
 }
 MUTUALLY_EXCLUSIVE = [("requests", "duration")]
 
@@ -72,7 +81,14 @@ def summary(facts: dict[str, Any]) -> str:
     peak = facts.get("peak")
     knee = facts.get("knee")
     parts = [f"{len(facts.get('points') or [])} levels"]
-    parts.append(f"peak {peak['output_tok_s']} tok/s at C={peak['concurrency']}" if peak else "no successful level")
+    where = f"C={(peak or {}).get('concurrency')}"
+    if peak and facts.get("mode") == "rate":  # the peak's level by its rate (every level has C = the cap)
+        rates = [p.get("offered_rate") for p in facts.get("points") or [] if p.get("output_tok_s") == peak["output_tok_s"]]
+        where = f"rate={rates[0]:g} req/s" if rates else "rate ?"
+    parts.append(f"peak {peak['output_tok_s']} tok/s at {where}" if peak else "no successful level")
+    limit = facts.get("slo_limit")
+    if limit:
+        parts.append(f"SLO limit {limit['highest_pass']} {limit['unit']} (lowest failing {limit['lowest_fail']})")
     parts.append(f"knee C={knee['concurrency']}" if knee else "no knee")
     if facts.get("stopped_on_plateau"):
         parts.append("stopped on plateau")

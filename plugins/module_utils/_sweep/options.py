@@ -5,7 +5,7 @@ of C clients needs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._stats import KNEE_SHARE
@@ -21,6 +21,11 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
     MAX_CONCURRENCY,
     SPARE_FILES,
     SweepError,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.openloop import (
+    DEFAULT_SEARCH_TOLERANCE,
+    check_open_loop,
+    open_loop_effective,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import parse_workload
 
@@ -124,10 +129,20 @@ class SweepOptions:
     client_processes: Any = 1  # client processes per level; 0 or "auto": more when client-limited
     # what each request asks (workloads.py) and the seed of every random choice in it
     workload: dict[str, Any] | None = None
-    seed: int | None = None
+    seed: int | None = None  # None: openloop.DEFAULT_SEED (42, as the workloads' default)
     flush_cache: bool = False  # POST /flush_cache before each measured level
     flush_timeout: float = 60.0  # the server waits this long for idle before it flushes
     warm: bool = False  # send each shared prefix once before each measured level
+    # open loop, goodput, SLO search, repeats (openloop.check_open_loop; docs/sweep.md)
+    mode: str = "concurrency"
+    rates: list[float] | None = None
+    arrival: str = "poisson"
+    level_duration_s: float | None = None
+    max_inflight: int | None = None
+    slo: dict[str, Any] | None = None
+    search: bool = False
+    search_tolerance: float = DEFAULT_SEARCH_TOLERANCE
+    repeats: int = 1
 
     def normalized(self) -> SweepOptions:
         """A checked copy: base URL without a trailing / or /v1, levels sorted and deduplicated."""
@@ -138,6 +153,7 @@ class SweepOptions:
             raise SweepError(f"url must start with http:// or https://, got {self.url!r}")
         if self.api not in APIS:
             raise SweepError(f"api must be one of {', '.join(APIS)}, got {self.api!r}")
+        open_loop = check_open_loop(self)
         levels = sorted({int(c) for c in (self.concurrency or [])})
         if not levels or levels[0] < 1:
             raise SweepError(f"concurrency must be a non-empty list of integers >= 1, got {self.concurrency!r}")
@@ -177,7 +193,7 @@ class SweepOptions:
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")
-        return _with_workload(self, SweepOptions(
+        return replace(_with_workload(self, SweepOptions(
             url=url,
             api=self.api,
             concurrency=levels,
@@ -207,7 +223,7 @@ class SweepOptions:
             heartbeat_timeout=float(self.heartbeat_timeout),
             time_scale=None if self.time_scale is None else float(self.time_scale),
             client_processes=parse_client_processes(self.client_processes),
-        ))
+        )), **open_loop)
 
     def requests_for(self, concurrency: int) -> int | None:
         """Requests per level (None in duration mode): the option, or max(2*C, 8)."""
@@ -260,4 +276,5 @@ class SweepOptions:
             "client_lag_limit_ms": CLIENT_LAG_LIMIT_MS,
             "drift_threshold": DRIFT_THRESHOLD,
             "latency_tolerance": LATENCY_TOLERANCE,
+            **open_loop_effective(self),
         }

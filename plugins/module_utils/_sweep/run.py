@@ -53,7 +53,9 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options impor
     SweepOptions,
     raise_open_files,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.plan import PlannedLevels, search_fact
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.probe import Probe, server_summary
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.ratelevel import run_rate_level
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.summary import (
     summarize_level,
     summarize_warmup,
@@ -81,7 +83,7 @@ async def _within(awaitable: Any, deadline: float, default: Any) -> Any:
         return default
 
 
-class _SweepRun:
+class _SweepRun(PlannedLevels):
     """One sweep in progress: its options, session, client and what it has found so far."""
 
     def __init__(self, opts: SweepOptions, session: Any) -> None:
@@ -109,6 +111,9 @@ class _SweepRun:
         # client processes per level (docs/sweep.md "Several client processes"); auto starts at 1
         self.processes = max(opts.client_processes, 1)
         self.pool: ClientPool | None = None  # started at the first level that needs it
+        self.rate_plan: tuple[float, list[float]] | None = None  # (rate, offsets) of the rate level to run
+        self.last_rate_run: Any = None  # the last rate level's ratelevel.RateRun
+        self.search_result: dict[str, Any] | None = None
 
     def timeout(self, where: str) -> None:
         self.stopped_on_timeout = True
@@ -269,20 +274,32 @@ class _SweepRun:
                                      f"{out['warm']['requests']} cache warm-up requests failed")
         return out
 
+    async def closed_level(self, level: int, concurrency: int) -> tuple[dict[str, Any], LevelRun, float] | None:
+        """One closed-loop level: connections, warm-up round, measure (and auto escalation);
+        None when the sweep's time ran out before it was measured."""
+        self.current = concurrency
+        if time.perf_counter() >= self.deadline:
+            self.timeout(f"before C={concurrency}")
+            return None
+        await _within(self.warm_clients(concurrency), self.deadline, None)
+        warm = await self.level_warmup(level, concurrency)
+        if warm is not None and time.perf_counter() >= self.deadline:
+            self.timeout(f"during the warm-up of C={concurrency}")
+            return None
+        point, run, deadline = await self.measure_level(level, concurrency, warm)
+        if self.opts.client_processes == 0:
+            point, run, deadline = await self.escalate(level, concurrency, warm, point, run, deadline)
+        return point, run, deadline
+
     async def run_levels(self) -> None:
+        if self.opts.mode == "rate" or self.opts.search or self.opts.repeats > 1 or self.opts.slo:
+            await self.run_planned_levels()  # plan.PlannedLevels
+            return
         for level, concurrency in enumerate(self.opts.concurrency):
-            self.current = concurrency
-            if time.perf_counter() >= self.deadline:
-                self.timeout(f"before C={concurrency}")
+            measured = await self.closed_level(level, concurrency)
+            if measured is None:
                 break
-            await _within(self.warm_clients(concurrency), self.deadline, None)
-            warm = await self.level_warmup(level, concurrency)
-            if warm is not None and time.perf_counter() >= self.deadline:
-                self.timeout(f"during the warm-up of C={concurrency}")
-                break
-            point, run, deadline = await self.measure_level(level, concurrency, warm)
-            if self.opts.client_processes == 0:
-                point, run, deadline = await self.escalate(level, concurrency, warm, point, run, deadline)
+            point, run, deadline = measured
             self.points.append(point)
             if self.on_level is not None:
                 self.on_level(point)
@@ -309,6 +326,10 @@ class _SweepRun:
         """The level's C clients: in this process, or spread over ``self.processes``."""
         if self.client is None:
             raise AssertionError("the client is made before the levels")
+        if self.rate_plan is not None:  # an open-loop level (plan.PlannedLevels.rate_level), one process
+            self.last_rate_run = await run_rate_level(self.client, level, self.rate_plan[0], self.rate_plan[1],
+                                                      concurrency, deadline, self.prompts)
+            return self.last_rate_run.run
         if min(self.processes, concurrency) <= 1:
             return await run_level(self.client, level, concurrency, deadline, self.prompts)
         try:
@@ -354,7 +375,8 @@ class _SweepRun:
         self.check_auth()
         if not self.before["ok"]:
             self.warnings.append(f"server info unavailable ({self.before.get('error')}); server fields are null")
-        queued = oversubscription_warning(self.opts.concurrency, self.before.get("max_running_requests"))
+        loads = self.opts.concurrency if self.opts.mode == "concurrency" else []  # rate mode: no C levels
+        queued = oversubscription_warning(loads, self.before.get("max_running_requests"))
         if queued:
             self.warnings.append(queued)
         self.client = Client(self.opts, self.session, self.model)
@@ -379,7 +401,7 @@ def _convert_time_base(points: list[dict[str, Any]], records: list[dict[str, Any
         check_latency(point, float(scale))
         names = [f"{key} {'/'.join(stats)}" for key, stats in point["latency_unmeasurable"].items()]
         if names:
-            not_measured.append(f"C={point['concurrency']} ({', '.join(names)})")
+            not_measured.append(f"{_level_label(point)} ({', '.join(names)})")
     if not_measured:
         warnings.append(
             f"time scale {scale:g}: client latencies that disagree with the engine's model by more than "
@@ -389,13 +411,19 @@ def _convert_time_base(points: list[dict[str, Any]], records: list[dict[str, Any
     return "model"
 
 
+def _level_label(point: dict[str, Any]) -> str:
+    """How warnings name a level: C=8, or rate=4 req/s in rate mode."""
+    rate = point.get("offered_rate")
+    return f"C={point['concurrency']}" if rate is None else f"rate={rate:g} req/s"
+
+
 def _drift_warnings(points: list[dict[str, Any]]) -> list[str]:
     warnings = []
     for point in points:
         drift = point.get("drift") or {}
         if drift.get("flagged"):
             warnings.append(
-                f"C={point['concurrency']}: throughput changed within the level: {drift['first_half_tok_s']} tok/s "
+                f"{_level_label(point)}: throughput changed within the level: {drift['first_half_tok_s']} tok/s "
                 f"in the first half of its {drift['window']} window, {drift['second_half_tok_s']} in the second "
                 f"(x{drift['ratio']:.2f}, threshold {DRIFT_THRESHOLD:.0%}): the server's speed was not steady "
                 "(compilation, caches, throttling or other load)"
@@ -435,7 +463,10 @@ def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base
         },
         "points": points,
         "peak": find_peak(points),
-        "knee": find_knee(points, opts.plateau_gain),
+        "knee": find_knee(points, opts.plateau_gain) if opts.mode == "concurrency" else None,
+        "mode": opts.mode,
+        "slo": dict(opts.slo or {}),
+        "slo_limit": search_fact(sweep.search_result, opts.mode),
         "levels_with_errors": [p["concurrency"] for p in points if not clean(p)],
         "stopped_on_plateau": sweep.stopped_on_plateau,
         "stopped_on_timeout": sweep.stopped_on_timeout,
