@@ -18,6 +18,7 @@ from typing import Any
 from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
 from ansible_collections.llmops.sglang.plugins.module_utils._deploy import ready_timeout
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_bundle
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.instances import instance_plan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import PlanInputs
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.validate import validate_plan
@@ -186,5 +187,6 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
         "preflight": preflight_spec(plan, settings, python, install["enabled"]),
         "previous": previous,
         "running": running,
+        "engine_files": engine_bundle(plan["release"], plan["engine_root"]) if settings.get("engine") == "sim" else None,
     })
     return plan
