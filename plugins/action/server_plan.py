@@ -45,7 +45,7 @@ class ActionModule(ActionBase):
     """Read the host once, plan on the controller, optionally pre-flight on the host."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("plan", "preflight"))
+    _VALID_ARGS = frozenset(("plan", "preflight", "show"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -53,7 +53,7 @@ class ActionModule(ActionBase):
         host = str(task_vars.get("inventory_hostname"))
         given = self._task.args.get("plan")
         if given:
-            return self._reuse(result, _plain(given), host)
+            return self._shown(self._reuse(result, _plain(given), host))
         inputs = read_inputs(self._var(task_vars), host, self._addresses(task_vars),
                              _plain(task_vars.get("groups") or {}))
         base_dir = str(inputs.request.get("base_dir") or "")
@@ -75,6 +75,12 @@ class ActionModule(ActionBase):
             self._module("llmops.sglang.preflight", modules_run, task_vars, deployment_dir=base_dir,
                          ports=spec["ports"], files=spec["files"], executables=spec["executables"],
                          **({"user": owner} if owner else {}))
+        return self._shown(result)
+
+    def _shown(self, result: dict[str, Any]) -> dict[str, Any]:
+        """With ``show``, the plan is printed as the task's result (as debug prints)."""
+        if self._task.args.get("show"):
+            result["_ansible_verbose_always"] = True
         return result
 
     # ------------------------------------------------------------------------------------------

@@ -40,6 +40,10 @@ options:
     description: Also run M(llmops.sglang.preflight) with the plan's checks.
     type: bool
     default: false
+  show:
+    description: Print the plan as the task's result at every verbosity (C(--check), C(--tags plan)).
+    type: bool
+    default: false
   plan:
     description:
       - The registered result of an earlier C(server_plan) task for this host in this run. It is
