@@ -1,8 +1,8 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Filters ``llmops.sglang.hicache_plan``, ``llmops.sglang.instance_plan`` and
-``llmops.sglang.model_config``: thin shells over ``plugins/plugin_utils/_plan`` (documented in
-the sidecar files hicache_plan.yml, instance_plan.yml and model_config.yml beside this one)."""
+"""Filters ``llmops.sglang.hicache_plan`` and ``llmops.sglang.instance_plan``: thin shells over
+``plugins/plugin_utils/_plan`` (documented in the sidecar files hicache_plan.yml and
+instance_plan.yml beside this one)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -13,7 +13,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     hicache_plan,
     instance_plan,
-    load_slurped_config,
     validate_plan,
 )
 
@@ -59,15 +58,6 @@ def instance_plan_filter(facts: Mapping[str, Any], validate: bool = True, on_err
         raise AnsibleFilterError(f"llmops.sglang.instance_plan: bad arguments: {exc}") from None
 
 
-def model_config_filter(content: str, model_path: str) -> dict[str, Any]:
-    """``slurped.content | llmops.sglang.model_config(sglang_model_path)``: the model's
-    config.json as a dict, or an error naming the variable, the file, the line and the fix."""
-    try:
-        return load_slurped_config(str(content), str(model_path))
-    except ValueError as exc:  # PlanError
-        raise AnsibleFilterError(str(exc)) from None
-
-
 class FilterModule:
     """Deployment planning filters."""
 
@@ -75,5 +65,4 @@ class FilterModule:
         return {
             "hicache_plan": hicache_plan_filter,
             "instance_plan": instance_plan_filter,
-            "model_config": model_config_filter,
         }

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -28,8 +30,9 @@ def test_unit_verifies(tmp_path: Path) -> None:
         "name": "Render the unit",
         "hosts": "localhost",
         "gather_facts": False,
-        "vars": {"sglang_base_dir": str(base), "sglang_user": "root", "sglang_group": "root",
-                 "sglang_stop_timeout": 120},
+        # the unit renders the plan's paths (action llmops.sglang.server_plan: unit_paths)
+        "vars": {"__sglang_plan": {"unit_paths": _layout.instance_paths(str(base), "%i")},
+                 "sglang_user": "root", "sglang_group": "root", "sglang_stop_timeout": 120},
         "tasks": [{"name": "Template", "ansible.builtin.template": {
             "src": str(ROOT / "roles" / "server" / "templates" / "sglang@.service.j2"),
             "dest": str(unit_dir / "sglang@.service"), "mode": "0644"}}],

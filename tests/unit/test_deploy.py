@@ -9,6 +9,7 @@ import time
 
 from ansible_collections.llmops.sglang.plugins.filter import deploy as deploy_filters
 from ansible_collections.llmops.sglang.plugins.module_utils import _deploy, _layout, _manifest
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import server as server_plan
 
 
 def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
@@ -162,7 +163,7 @@ def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
     assert systemd["instances"][0]["unit"] == "sglang@gpu0.service"
 
 
-def test_service_records_and_wait_spec_filters() -> None:
+def test_service_records_filter_and_wait_spec() -> None:
     services = {"results": [
         {"item": {"name": "gpu0"}, "changed": False, "pid": 77},
         {"item": {"name": "gpu1"}, "changed": True, "pid": 88},
@@ -178,13 +179,13 @@ def test_service_records_and_wait_spec_filters() -> None:
     started = {"results": [{"item": {"name": "gpu0"}, "changed": True, "status": {"MainPID": "0"}}]}
     queried = {"results": [{"item": {"name": "gpu0"}, "changed": False, "status": {"MainPID": "4242"}}]}
     assert deploy_filters._service_records(started, [], queried)["gpu0"] == {"pid": 4242, "started": True}
-    spec = deploy_filters._wait_spec(PLAN["instances"][1], PLAN, engine="sglang")
+    spec = server_plan.wait_spec(PLAN["instances"][1], PLAN, {"engine": "sglang"}, "process")
     assert spec["url"] == "http://127.0.0.1:30001"
     assert spec["pid_file"] == "/b/gpu1/server.pid" and spec["log_file"] == "/b/gpu1/server.log"
     assert spec["timeout"] == int(600 + 1.5 * 30)
     wild = _plan_instance("gpu0", 0, 30000, bind="0.0.0.0")
-    assert deploy_filters._wait_spec(wild, PLAN)["url"] == "http://127.0.0.1:30000"
-    unit = deploy_filters._wait_spec(PLAN["instances"][0], PLAN, backend="systemd")
+    assert server_plan.wait_spec(wild, PLAN, {}, "process")["url"] == "http://127.0.0.1:30000"
+    unit = server_plan.wait_spec(PLAN["instances"][0], PLAN, {}, "systemd")
     assert unit["unit"] == "sglang@gpu0.service" and "pid_file" not in unit
 
 
@@ -267,10 +268,6 @@ def test_reclaim_pinned_adds_back_only_running_instances() -> None:
     assert _manifest.reclaim_pinned(facts, {}, [])["memory"]["reclaimed_pinned_bytes"] == 0
     sim = dict(previous, engine="sim")
     assert _manifest.reclaim_pinned(facts, sim, ["gpu1"])["memory"]["reclaimed_pinned_bytes"] == 0
-    # the filter takes "running" from host_facts' deployment (this deployment's live processes)
-    facts_run = dict(facts, deployment={"instances": [{"name": "gpu0", "running": False},
-                                                      {"name": "gpu1", "running": True}]})
-    assert deploy_filters._reclaim_pinned(facts_run, previous)["memory"]["reclaimed_pinned_bytes"] == 7
 
 
 def test_manifest_keeps_the_hicache_arithmetic_while_servers_keep_running() -> None:

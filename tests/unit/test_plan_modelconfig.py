@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.filter.plan import FilterModule
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     PlanError,
     load_model_config,
@@ -44,12 +43,3 @@ def test_a_malformed_config_names_the_variable_the_file_the_place_and_the_fix(ra
     assert message.startswith(f"sglang_model_path='/m': {expected}"), message
     assert message.endswith("put the model's own config.json there (as its repository ships it), or point "
                             "sglang_model_path at the model's folder")
-
-
-def test_the_filter_is_a_thin_shell() -> None:
-    from ansible.errors import AnsibleFilterError
-
-    model_config = FilterModule().filters()["model_config"]
-    assert model_config(base64.b64encode(b'{"a": 1}').decode(), "/m") == {"a": 1}
-    with pytest.raises(AnsibleFilterError, match=r"^sglang_model_path='/m': /m/config.json is not valid JSON"):
-        model_config(base64.b64encode(b"{").decode(), "/m")

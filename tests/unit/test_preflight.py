@@ -7,8 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
-from ansible_collections.llmops.sglang.plugins.filter import deploy as deploy_filters
 from ansible_collections.llmops.sglang.plugins.module_utils import _preflight as pf
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import preflight_spec
 
 
 def _listening(family: int = socket.AF_INET, host: str = "127.0.0.1") -> socket.socket:
@@ -75,13 +75,13 @@ def test_missing_files_and_programs(tmp_path: Path) -> None:
 def test_preflight_spec_from_a_plan() -> None:
     plan = {"model": {"path": "/models/m/"}, "instances": [
         {"name": "gpu0", "port": 30000, "nccl_port": 31000}, {"name": "gpu1", "port": 30001, "nccl_port": 31001}]}
-    spec = deploy_filters._preflight_spec(plan, engine="sglang", python="/v/bin/python", install=False)
+    spec = preflight_spec(plan, {"engine": "sglang"}, python="/v/bin/python", install=False)
     assert [(p["port"], p["instance"], p["what"]) for p in spec["ports"]] == [
         (30000, "gpu0", "HTTP"), (31000, "gpu0", "NCCL"), (30001, "gpu1", "HTTP"), (31001, "gpu1", "NCCL")]
     assert spec["files"][0]["path"] == "/models/m/config.json"
     assert spec["executables"][0]["path"] == "/v/bin/python"
-    hub = deploy_filters._preflight_spec(dict(plan, model={"path": "Qwen/Qwen3-8B"}), engine="sglang",
-                                         python="/v/bin/python", install=True)
+    hub = preflight_spec(dict(plan, model={"path": "Qwen/Qwen3-8B"}), {"engine": "sglang"},
+                         python="/v/bin/python", install=True)
     assert hub["files"] == [] and hub["executables"][0]["path"] == "python3"
 
 

@@ -2,8 +2,8 @@
 # Apache-2.0 (see LICENSE)
 """What a user asks the plan for, checked in one place.
 
-``PlanRequest.from_kwargs`` turns the filter's keyword arguments (role variables, which may
-arrive from YAML, JSON or ``-e`` as strings) into typed values and collects every problem
+``PlanRequest.from_kwargs`` turns its keyword arguments (role variables read through
+``taskvars.REQUEST_VARIABLES``, which may arrive from YAML, JSON or ``-e`` as strings) into typed values and collects every problem
 into one PlanError. Documented sentinels mean "automatic" in every form they can arrive in
 (``0``, ``"0"``, ``""``, null): max_running_requests (from the profile), hicache_size_gb (from
 the facts), nccl_port_base (base_port + 1000), gpus (all of them), and the empty strings of
@@ -20,23 +20,12 @@ from typing import Any
 from ansible_collections.llmops.sglang.plugins.module_utils._models import ARCH_KINDS
 from ansible_collections.llmops.sglang.plugins.module_utils._releases import DEFAULT_RELEASE
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, render
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import (
+    DERIVED,
+    REQUEST_VARIABLES,
+    variable_of,
+)
 
-# The role variable behind each keyword of the filter, for messages a user can act on.
-ROLE_VARIABLE = {
-    "profile": "profile (sglang_profile)", "release": "sglang_version", "model_path": "sglang_model_path",
-    "model_arch": "sglang_model_arch", "tp_size": "sglang_tp_size", "gpus": "sglang_gpus",
-    "base_port": "sglang_base_port", "nccl_port_base": "sglang_nccl_port_base",
-    "host_address": "sglang_host_address", "advertise_address": "ansible_host",
-    "base_dir": "sglang_base_dir", "hicache_size_gb": "sglang_hicache_size_gb",
-    "hicache_fraction": "sglang_hicache_fraction", "hicache_reserve_gib": "sglang_hicache_reserve_gib",
-    "extra_args": "sglang_extra_args", "user_profiles": "sglang_profiles",
-    "force_busy": "sglang_force_busy_gpus", "max_running_requests": "sglang_max_running_requests",
-    "served_model_name": "sglang_served_model_name", "api_key_env": "sglang_api_key",
-    "draft_model_path": "sglang_draft_model_path", "model_config": "the model's config.json",
-    "tp_group_hosts": "sglang_tp_group (its hosts, in inventory order)", "tp_group_addresses":
-    "ansible_host of the TP group's hosts", "inventory_host": "inventory_hostname",
-    "dist_init_port": "sglang_dist_init_port",
-}
 TRUE_WORDS = ("true", "yes", "on", "1", "y", "t")
 FALSE_WORDS = ("false", "no", "off", "0", "n", "f", "")
 AUTO = (None, "", 0, "0")
@@ -137,7 +126,7 @@ class PlanRequest:
         group = checker.tp_group(req.tp_size, req.base_port)
         if group:
             req = dataclasses.replace(req, **group)
-        checker.unknown(set(ROLE_VARIABLE))
+        checker.unknown(set(REQUEST_VARIABLES) | set(DERIVED))
         checker.raise_problems()
         return req
 
@@ -150,7 +139,7 @@ class _Checker:
         self.problems: list[str] = []
 
     def _bad(self, key: str, value: Any, rule: str) -> None:
-        self.problems.append(f"{ROLE_VARIABLE.get(key, key)}={value!r}: {rule}")
+        self.problems.append(f"{variable_of(key)}={value!r}: {rule}")
 
     def unknown(self, known: set[str]) -> None:
         for key in sorted(set(self.kwargs) - known):

@@ -1,0 +1,140 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Action llmops.sglang.server_plan: one host's whole server plan in one task (documentation:
+plugins/modules/server_plan.py; the plan itself: plugins/plugin_utils/_plan/server.py).
+
+It reads the host once (modules host_facts, server_status with probe false, slurp of the
+model's config.json), reads the role's variables from the task vars through one mapping
+(``_plan/taskvars.py``), plans and validates on the controller, and with ``preflight`` runs the
+pre-flight module on the host. Given the ``plan`` of an earlier run of this action in the same
+playbook run (the deploy gate's), it returns that plan and reads nothing: the plan that was
+checked is the plan that is deployed.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import load_model_config
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import server_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import read_inputs
+
+display = Display()
+# keys of a registered result that are Ansible's, not the plan's
+_RESULT_KEYS = ("changed", "failed", "skipped", "msg", "ansible_facts", "modules_run", "invocation",
+                "_ansible_no_log", "_ansible_verbose_always", "warnings", "deprecations")
+
+
+def _plain(value: Any) -> Any:
+    """Templated values as plain containers (Ansible 2.19 hands tagged subclasses)."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+class ActionModule(ActionBase):
+    """Read the host once, plan on the controller, optionally pre-flight on the host."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("plan", "preflight", "show"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        host = str(task_vars.get("inventory_hostname"))
+        given = self._task.args.get("plan")
+        if given:
+            return self._shown(self._reuse(result, _plain(given), host))
+        inputs = read_inputs(self._var(task_vars), host, self._addresses(task_vars),
+                             _plain(task_vars.get("groups") or {}))
+        base_dir = str(inputs.request.get("base_dir") or "")
+        modules_run: list[str] = []
+        facts = self._module("llmops.sglang.host_facts", modules_run, task_vars,
+                             declared_gpus=inputs.settings.get("declared_gpus") or [], deployment_dir=base_dir)
+        current = self._module("llmops.sglang.server_status", modules_run, task_vars, base_dir=base_dir, probe=False)
+        config = self._model_config(str(inputs.request.get("model_path") or ""), modules_run, task_vars)
+        host_facts = facts["ansible_facts"]["sglang_host"]
+        try:
+            plan = server_plan(inputs, host_facts, current, config)
+        except PlanError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        result.update(plan)
+        result.update(changed=False, modules_run=modules_run, ansible_facts={"sglang_host": host_facts})
+        if self._task.args.get("preflight"):
+            spec = plan["preflight"]
+            owner = plan["owner"]["user"]
+            self._module("llmops.sglang.preflight", modules_run, task_vars, deployment_dir=base_dir,
+                         ports=spec["ports"], files=spec["files"], executables=spec["executables"],
+                         **({"user": owner} if owner else {}))
+        return self._shown(result)
+
+    def _shown(self, result: dict[str, Any]) -> dict[str, Any]:
+        """With ``show``, the plan is printed as the task's result (as debug prints)."""
+        if self._task.args.get("show"):
+            result["_ansible_verbose_always"] = True
+        return result
+
+    # ------------------------------------------------------------------------------------------
+
+    def _var(self, task_vars: dict[str, Any]) -> Any:
+        def get(name: str) -> Any:
+            if name not in task_vars:
+                return None
+            return _plain(self._templar.template(task_vars[name]))
+        return get
+
+    def _addresses(self, task_vars: dict[str, Any]) -> Any:
+        def addresses(hosts: list[str]) -> list[str]:
+            hostvars = task_vars.get("hostvars") or {}
+            out = []
+            for name in hosts:
+                host_vars = hostvars[name] if name in hostvars else {}
+                address = host_vars.get("ansible_host") if hasattr(host_vars, "get") else None
+                out.append(str(address or name))
+            return out
+        return addresses
+
+    def _module(self, name: str, modules_run: list[str], task_vars: dict[str, Any], **args: Any) -> dict[str, Any]:
+        """Run one module on the host; its failure is this task's, with its message."""
+        res = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        modules_run.append(name.rsplit(".", 1)[-1])
+        if res.get("failed") or res.get("unreachable"):
+            raise AnsibleActionFail(str(res.get("msg") or f"{name} failed"), result=res)
+        return res
+
+    def _model_config(self, model_path: str, modules_run: list[str], task_vars: dict[str, Any]) -> dict | None:
+        """The model's config.json as read on the host; None where it cannot be read (the plan
+        then asks for sglang_model_arch)."""
+        if not model_path:
+            return None
+        res = self._execute_module(module_name="ansible.builtin.slurp",
+                                   module_args={"src": f"{model_path}/config.json"}, task_vars=task_vars)
+        modules_run.append("slurp")
+        if res.get("failed") or "content" not in res:
+            return None
+        try:  # a file that is there but is not a JSON object is refused, naming it (issue 16 #6)
+            return load_model_config(base64.b64decode(res["content"]), f"{model_path}/config.json", model_path)
+        except PlanError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+
+    def _reuse(self, result: dict[str, Any], given: dict[str, Any], host: str) -> dict[str, Any]:
+        """The plan made earlier in this run (the deploy gate's): returned as it was."""
+        if not isinstance(given, dict) or "instances" not in given:
+            raise AnsibleActionFail("plan: not a plan made by llmops.sglang.server_plan (no instances)")
+        if given.get("host") != host:
+            raise AnsibleActionFail(f"plan: made for host {given.get('host')!r}, not {host!r}: each host "
+                                    "deploys its own plan")
+        plan = {key: value for key, value in given.items() if key not in _RESULT_KEYS}
+        result.update(plan)
+        result.update(changed=False, modules_run=[], reused=True)
+        display.vvv(f"server_plan: {host}: the plan made earlier in this run, host not read again")
+        return result

@@ -1,0 +1,182 @@
+#!/usr/bin/python
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Ansible module llmops.sglang.server_files: a thin shell over module_utils/_serverfiles.py."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: server_files
+short_description: Write every file of a host's SGLang instances in one pass, from the plan
+version_added: "0.3.0"
+description:
+  - Renders and writes, for every instance of the plan, its folder (0750), its log file (0600,
+    created empty, content and times kept), its environment file (0600), its launch script
+    (0750, checked with C(bash -n) first) and SGLang's C(--config) file with the API key (0600;
+    removed from instances without a key). Creates O(base_dir) (0755).
+  - Each file is compared with the host's first and written only when its content, mode or
+    owner differ, atomically. Returns the instances whose environment, launch script or
+    C(--config) file changed (O(instances) to restart).
+  - With O(engine_stamp), also says whether the embedded engine's root holds the files of
+    the given digest (the stamp written after the last copy, and the shim).
+  - With O(manifest), writes only the deployment manifest instead (C(deployment.json), 0644).
+  - The files are rendered here from the plan's fields (argv, environment, paths); the plan
+    decides, this module renders (action M(llmops.sglang.server_plan)).
+author: llmops.sglang contributors
+options:
+  instances:
+    description:
+      - One per instance, from the plan - name, gpu_ids, argv, env, env_secrets (names of the
+        variables of O(secret_env) it gets), secrets (whether it gets the API key), and paths
+        (dir, log_file, env_file, launch_script, secrets_file) - the plan's instances as they are.
+    type: list
+    elements: dict
+    default: []
+  base_dir:
+    description: The deployment's base folder, created when missing.
+    type: path
+  profile:
+    description: The profile, for the launch script's header.
+    type: str
+    default: ""
+  release:
+    description: The SGLang release, for the launch script's header.
+    type: str
+    default: ""
+  engine:
+    description: The engine (sglang or sim), for the launch script's header.
+    type: str
+    default: sglang
+  python:
+    description: The Python that runs the server (the launch script execs it).
+    type: str
+    default: python3
+  secret_env:
+    description: Secret environment variables (name -> value) that only the env files get.
+    type: dict
+    default: {}
+  api_key:
+    description: The API key written to the C(--config) file of instances with secrets.
+    type: str
+    default: ""
+  owner:
+    description: The files' owner (empty - the connection's user).
+    type: str
+    default: ""
+  group:
+    description: The files' group (empty - the connection's user's).
+    type: str
+    default: ""
+  engine_stamp:
+    description: The embedded engine's stamp file, the digest of its files and its shim's path.
+    type: dict
+  manifest:
+    description: The deployment manifest to write to O(manifest_path) (nothing else is written then).
+    type: dict
+  manifest_path:
+    description: Where the manifest goes.
+    type: path
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: Secret files show as C((secret)).
+  platform:
+    platforms: posix
+seealso:
+  - module: llmops.sglang.server_plan
+"""
+
+EXAMPLES = r"""
+- name: Write the instances' folders, logs, environment files, launch scripts and --config files
+  llmops.sglang.server_files:
+    instances: "{{ __sglang_plan.instances }}"
+    base_dir: /srv/sglang
+    python: /srv/sglang/venv/bin/python
+  register: __sglang_files
+"""
+
+RETURN = r"""
+restart:
+  description: Instances whose environment file, launch script or --config file changed.
+  returned: always
+  type: list
+  elements: str
+files:
+  description: The paths written or fixed (or that would be, in check mode).
+  returned: always
+  type: list
+  elements: str
+engine_current:
+  description: Whether the engine root holds the files of O(engine_stamp)'s digest (null without it).
+  returned: always
+  type: bool
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils._serverfiles import (
+    Owner,
+    stamp_matches,
+    write_instances,
+    write_manifest,
+)
+
+PATH_KEYS = ("dir", "log_file", "env_file", "launch_script", "secrets_file")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {"type": "list", "elements": "dict", "default": []},
+            "base_dir": {"type": "path"},
+            "profile": {"type": "str", "default": ""},
+            "release": {"type": "str", "default": ""},
+            "engine": {"type": "str", "default": "sglang"},
+            "python": {"type": "str", "default": "python3"},
+            "secret_env": {"type": "dict", "default": {}, "no_log": True},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "owner": {"type": "str", "default": ""},
+            "group": {"type": "str", "default": ""},
+            "engine_stamp": {"type": "dict"},
+            "manifest": {"type": "dict"},
+            "manifest_path": {"type": "path"},
+        },
+        required_together=[("manifest", "manifest_path")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    owner = Owner(params["owner"], params["group"])
+    try:
+        if params["manifest"] is not None:
+            outcome = write_manifest(params["manifest_path"], params["manifest"], Owner(), module.check_mode)
+        else:
+            for inst in params["instances"]:
+                missing = [key for key in PATH_KEYS if not (inst.get("paths") or {}).get(key)]
+                missing += [] if inst.get("name") else ["name"]
+                if missing:
+                    module.fail_json(msg=f"instance {inst.get('name')!r}: missing {', '.join(missing)}")
+            outcome = write_instances(params["instances"], base_dir=params["base_dir"] or "",
+                                      profile=params["profile"], release=params["release"],
+                                      engine=params["engine"], python=params["python"],
+                                      secret_env=params["secret_env"], api_key=params["api_key"],
+                                      owner=owner, check=module.check_mode)
+    except (OSError, KeyError, ValueError) as exc:
+        module.fail_json(msg=f"writing the instances' files: {exc}")
+    stamp = params["engine_stamp"]
+    current = None
+    if stamp:
+        current = stamp_matches(str(stamp["path"]), str(stamp["digest"])) and all(
+            os.path.isfile(str(p)) for p in stamp.get("shim") or [])
+    result = {"changed": bool(outcome.changed), "restart": outcome.restart, "files": outcome.changed,
+              "engine_current": current}
+    if module._diff:
+        result["diff"] = outcome.diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

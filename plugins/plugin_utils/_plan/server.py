@@ -1,0 +1,192 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The server role's whole plan for one host, computed once (action ``llmops.sglang.server_plan``).
+
+``server_plan`` takes what was read from the host (host facts, the current deployment, the
+model's config.json) and the play's inputs (``taskvars.read_inputs``) and returns everything the
+role renders and runs: the instances (argv, full environment, paths, waits), the service
+backend (``auto`` resolved here, once), the Python that runs the servers, the packages to
+install, the pre-flight checks and the previous deployment. Templates render its fields; they
+decide nothing. Secret values are never in it: ``env_secrets`` and ``secrets`` name the variable
+that holds each.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._deploy import ready_timeout
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_bundle
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.instances import instance_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import PlanInputs
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.validate import validate_plan
+
+BACKENDS = ("systemd", "process")
+SERVICE_MANAGERS = ("auto", *BACKENDS)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _number(settings: Mapping[str, Any], key: str, variable: str, default: float) -> float:
+    value = settings.get(key)
+    if value in (None, ""):
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{variable}={value!r}: must be a number") from None
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1", "y", "t")
+    return bool(value)
+
+
+def backend_of(service_manager: Any, host_service_manager: Any) -> str:
+    """The service backend: sglang_service_manager, or with ``auto`` systemd where systemd runs
+    as PID 1 (the host facts' ``service_manager``), the process backend everywhere else."""
+    choice = _text(service_manager) or "auto"
+    if choice not in SERVICE_MANAGERS:
+        raise PlanError(f"sglang_service_manager={choice!r}: must be one of {', '.join(SERVICE_MANAGERS)}")
+    if choice != "auto":
+        return choice
+    return "systemd" if host_service_manager == "systemd" else "process"
+
+
+def python_of(settings: Mapping[str, Any]) -> str:
+    """The Python that runs the servers: sglang_python, else the venv's."""
+    return _text(settings.get("python")) or f"{_text(settings.get('venv'))}/bin/python"
+
+
+def install_spec(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What the role installs into the venv (pip), when sglang_install is true."""
+    engine = _text(settings.get("engine")) or "sglang"
+    packages = ([f"aiohttp=={_text(settings.get('sim_aiohttp_version'))}"] if engine == "sim"
+                else [f"sglang=={_text(settings.get('release'))}"])
+    extra = settings.get("pip_packages") or []
+    if not isinstance(extra, (list, tuple)):
+        raise PlanError(f"sglang_pip_packages={extra!r}: must be a list of pip requirements")
+    wheelhouse = _text(settings.get("wheelhouse"))
+    return {
+        "enabled": _flag(settings.get("install", True)),
+        "venv": _text(settings.get("venv")),
+        "venv_command": f"{_text(settings.get('venv_python')) or 'python3'} -m venv",
+        "packages": packages + [str(p) for p in extra],
+        "extra_args": f"--no-index --find-links {wheelhouse}" if wheelhouse else None,
+    }
+
+
+def environment(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: Mapping[str, Any],
+                gpu_names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """An instance's whole environment file: the plan's variables, then sglang_env, then (the
+    embedded engine) its PYTHONPATH, release, GPUs and time scale; and the secret variables
+    (name -> the role variable holding the value), which only the env file gets."""
+    env: dict[str, str] = {str(k): str(v) for k, v in (instance.get("env") or {}).items()}
+    user_env = settings.get("env") or {}
+    if not isinstance(user_env, Mapping):
+        raise PlanError(f"sglang_env={user_env!r}: must be a dict of variable: value")
+    env.update({str(k): _text(v) for k, v in user_env.items()})
+    if settings.get("engine") == "sim":
+        extra_path = f":{_text(user_env['PYTHONPATH'])}" if "PYTHONPATH" in user_env else ""
+        env.update({
+            "PYTHONPATH": f"{plan['engine_root']}{extra_path}",
+            "LLMOPS_SGLANG_RELEASE": str(plan["release"]),
+            "LLMOPS_SIM_GPUS": ",".join(gpu_names),
+            "LLMOPS_SIM_TIME_SCALE": _text(settings.get("sim_time_scale")),
+        })
+        accept = _number(settings, "sim_accept_length", "sglang_sim_accept_length", 0.0)
+        if accept > 0:
+            env["LLMOPS_SIM_ACCEPT_LENGTH"] = _text(settings.get("sim_accept_length"))
+    secrets = {"HF_TOKEN": "sglang_hf_token"} if settings.get("hf_token") else {}
+    for name in secrets:
+        env.pop(name, None)
+    return env, secrets
+
+
+def wait_spec(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: Mapping[str, Any],
+              backend: str) -> dict[str, Any]:
+    """One entry of llmops.sglang.wait_ready's ``instances``: its URL, its timeout (load plus
+    HiCache pinning), its log, and its pid file (process backend) or unit (systemd): how a
+    death while loading is seen."""
+    hicache = plan.get("hicache") or {}
+    spec = {
+        "name": instance["name"],
+        "url": instance["connect_url"],
+        "timeout": ready_timeout(engine=_text(settings.get("engine")) or "sglang",
+                                 pin_seconds=float(hicache.get("pin_seconds_estimate") or 0),
+                                 explicit_s=_number(settings, "ready_timeout", "sglang_ready_timeout", 0.0),
+                                 time_scale=_number(settings, "sim_time_scale", "sglang_sim_time_scale", 1.0)),
+        "log_file": instance["paths"]["log_file"],
+    }
+    if backend == "systemd":
+        spec["unit"] = instance["unit"]
+    else:
+        spec["pid_file"] = instance["paths"]["pid_file"]
+    return spec
+
+
+def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python: str,
+                   install: bool) -> dict[str, Any]:
+    """What llmops.sglang.preflight checks: every HTTP and NCCL port of the instances, the
+    model's config.json (a local model path), and the interpreter that will run the servers (or,
+    when the role creates the venv, the one that creates it)."""
+    ports = []
+    for inst in plan.get("instances", []):
+        ports.append({"port": inst["port"], "instance": inst["name"], "what": "HTTP"})
+        if inst.get("nccl_port"):
+            ports.append({"port": inst["nccl_port"], "instance": inst["name"], "what": "NCCL"})
+    files = []
+    model_path = str((plan.get("model") or {}).get("path") or "")
+    if model_path.startswith("/"):
+        files.append({"path": model_path.rstrip("/") + "/config.json", "what": "the model's config",
+                      "fix": f"sglang_model_path={model_path} must be the model's folder on this host"})
+    engine = _text(settings.get("engine")) or "sglang"
+    if install:
+        venv_python = _text(settings.get("venv_python")) or "python3"
+        executables = [{"path": venv_python, "what": "the Python that creates the venv (sglang_venv_python)"}]
+    else:
+        executables = [{"path": python, "what": f"the {engine} server's Python (sglang_python)",
+                        "fix": "point sglang_python at an existing installation, or set sglang_install: true"}]
+    return {"ports": ports, "files": files, "executables": executables}
+
+
+def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[str, Any] | None,
+                model_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The whole plan of one host (see the module docstring). ``facts``: host_facts'
+    ``sglang_host`` (with ``deployment``); ``current``: server_status' result (probe false);
+    ``model_config``: the model's config.json as read on the host (None when unreadable)."""
+    settings = dict(inputs.settings)
+    previous = dict((current or {}).get("manifest") or {})
+    deployment = facts.get("deployment") or {}
+    running = [str(i["name"]) for i in deployment.get("instances", []) or [] if i.get("running")]
+    backend = backend_of(settings.get("service_manager"), facts.get("service_manager"))
+    reclaimed = _manifest.reclaim_pinned(dict(facts), previous, running)
+    plan = instance_plan(reclaimed, **inputs.request, model_config=dict(model_config) if model_config else None)
+    validate_plan(plan)
+    settings["release"] = plan["release"]
+    python = python_of(settings)
+    install = install_spec(settings)
+    gpu_names = [str(gpu.get("name") or "") for gpu in facts.get("gpus", []) or []]
+    for inst in plan["instances"]:
+        inst["env"], inst["env_secrets"] = environment(inst, plan, settings, gpu_names)
+        inst["wait"] = wait_spec(inst, plan, settings, backend)
+    user = _text(settings.get("user"))
+    plan.update({
+        "host": inputs.host,
+        "engine": _text(settings.get("engine")) or "sglang",
+        "backend": backend,
+        "python": python,
+        "install": install,
+        "owner": {"user": user, "group": _text(settings.get("group")) if user else ""},
+        "unit_paths": _layout.instance_paths(plan["base_dir"], "%i"),
+        "preflight": preflight_spec(plan, settings, python, install["enabled"]),
+        "previous": previous,
+        "running": running,
+        "engine_files": engine_bundle(plan["release"], plan["engine_root"]) if settings.get("engine") == "sim" else None,
+    })
+    return plan
