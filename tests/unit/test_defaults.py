@@ -249,9 +249,10 @@ def test_the_sweep_options_have_one_default_everywhere(monkeypatch: pytest.Monke
 
 
 def test_the_plan_request_has_one_default_everywhere() -> None:
-    """_defaults.PLAN against PlanRequest, the server role's variables (PlanRequest's ROLE_VARIABLE),
+    """_defaults.PLAN against PlanRequest, the server role's variables (taskvars.REQUEST_VARIABLES,
+    the one mapping from role variables to the request),
     hicache_plan's keywords and the instance_plan / hicache_plan filter docs (where they exist)."""
-    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import hicache, request
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import hicache, request, taskvars
 
     owner = _defaults.PLAN
     fields = _dataclass_defaults(request.PlanRequest)
@@ -264,7 +265,7 @@ def test_the_plan_request_has_one_default_everywhere() -> None:
     server = role_defaults("server")
     server_spec = role_specs("server")["main"]
     for key, expected in owner.items():
-        var = request.ROLE_VARIABLE.get(key)
+        var = taskvars.REQUEST_VARIABLES.get(key)
         if var is None or var not in server or key in DERIVED:
             continue
         if not same_or_unset(server[var], expected):
