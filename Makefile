@@ -42,7 +42,7 @@ help:
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
 	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules, plugins/filter and plugins/lookup)"
 	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
-	@echo "make e2e          end-to-end runs of several minutes (tune on seed + deploy, bench via router, heartbeat)"
+	@echo "make e2e          end-to-end runs of several minutes (tune on seed + deploy and its faults, bench via router, heartbeat, interrupted and concurrent deploys)"
 	@echo "make fleet-test   fleet scenarios over real SSH: network-namespace hosts on this machine (root; installs openssh-server)"
 	@echo "make stop         stop everything the demo started"
 
@@ -77,7 +77,8 @@ integration: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not e2e" tests/integration
 
 # End-to-end runs of several minutes each (tune.yml on inventories/seed then deploy.yml; a bench
-# through the router; a remote sweep outliving a killed controller): not in
+# through the router, also with a worker down; a remote sweep outliving a killed controller; tune's
+# faults; deploys interrupted by SIGINT/SIGKILL and concurrent deploys): not in
 # `make test` (which stays under 20 minutes on 2 cores); .ci/run runs them after it.
 e2e: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m e2e tests/integration

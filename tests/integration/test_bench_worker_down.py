@@ -15,7 +15,8 @@ import pytest
 from .conftest import group_members
 from .test_router import router_inventory, stop_all
 
-pytestmark = pytest.mark.integration
+# several minutes per test (playbooks run end to end, interrupted, re-run): make e2e, not make test
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
 def test_bench_through_the_router_with_a_dead_worker_keeps_the_healthy_workers_results(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import pytest
 
 from .conftest import Deployment, cleanup, group_members, make_inventory
 
-pytestmark = pytest.mark.integration
+# several minutes per test (playbooks run end to end, interrupted, re-run): make e2e, not make test
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 WAIT_TASK = "TASK [llmops.sglang.server : Wait until the batch answers /health_generate]"
 
