@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """Measure a no-change re-run of playbooks/deploy.yml against a one-task ping playbook.

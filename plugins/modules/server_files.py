@@ -22,7 +22,8 @@ description:
   - With O(manifest), writes only the deployment manifest instead (C(deployment.json), 0644).
   - The files are rendered here from the plan's fields (argv, environment, paths); the plan
     decides, this module renders (action M(llmops.sglang.server_plan)).
-author: llmops.sglang contributors
+author:
+  - llmops.sglang contributors (@llmops)
 options:
   instances:
     description:
@@ -78,11 +79,15 @@ options:
     type: path
 attributes:
   check_mode:
+    description: Can run in check mode and predict its changed status without changing the target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Secret files show as C((secret)).
   platform:
+    description: Target OS/families that can be operated against.
+    support: N/A
     platforms: posix
 seealso:
   - module: llmops.sglang.server_plan

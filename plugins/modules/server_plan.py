@@ -34,7 +34,8 @@ description:
   - Secret values are never in the plan; C(secrets) and C(env_secrets) name the variables that
     hold them.
   - Action plugin; this file is its documentation.
-author: llmops.sglang contributors
+author:
+  - llmops.sglang contributors (@llmops)
 options:
   preflight:
     description: Also run M(llmops.sglang.preflight) with the plan's checks.
@@ -52,13 +53,18 @@ options:
     type: dict
 attributes:
   action:
+    description: Runs on the controller, and the modules it names on the host.
     support: full
   check_mode:
+    description: Can run in check mode and predict its changed status without changing the target.
     support: full
     details: Reads only; the modules it runs support check mode.
   diff_mode:
+    description: Nothing to show a difference of.
     support: none
   platform:
+    description: Target OS/families that can be operated against.
+    support: N/A
     platforms: posix
 seealso:
   - module: llmops.sglang.host_facts

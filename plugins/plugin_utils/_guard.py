@@ -94,8 +94,9 @@ def thresholds(overrides: Mapping[str, Any] | None = None) -> GuardThresholds:
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
         if not ok:
-            raise GuardError(f"sglang_rollout_guard.{key}={value!r} is not valid: it takes "
-                             f"{'true or false' if isinstance(default, bool) else 'a list of quantiles in (0, 1)' if isinstance(default, list) else 'a number >= 0'} (default {default!r})")
+            takes = ("true or false" if isinstance(default, bool)
+                     else "a list of quantiles in (0, 1)" if isinstance(default, list) else "a number >= 0")
+            raise GuardError(f"sglang_rollout_guard.{key}={value!r} is not valid: it takes {takes} (default {default!r})")
         out[key] = list(value) if isinstance(value, list) else value
     if out["min_requests"] < 1:
         raise GuardError("sglang_rollout_guard.min_requests must be at least 1")

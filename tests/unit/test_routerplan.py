@@ -33,9 +33,8 @@ def test_every_field_is_a_role_variable_with_a_default_and_an_argument_spec() ->
         assert variable in defaults, variable
         assert variable in main, variable
     for name in ("service_manager", "policy", "log_level"):
-        assert tuple(main[rp.VARIABLES[name]]["choices"]) == getattr(rp, {"service_manager": "SERVICE_MANAGERS",
-                                                                         "policy": "POLICIES",
-                                                                         "log_level": "LOG_LEVELS"}[name])
+        constant = {"service_manager": "SERVICE_MANAGERS", "policy": "POLICIES", "log_level": "LOG_LEVELS"}[name]
+        assert tuple(main[rp.VARIABLES[name]]["choices"]) == getattr(rp, constant)
 
 
 def test_the_command_line_from_the_defaults() -> None:

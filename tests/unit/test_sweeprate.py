@@ -129,8 +129,8 @@ def test_goodput_counts_requests_meeting_every_term() -> None:
     assert result["slo_met"] is False
     ok_only = evaluate_slo(traces[:4], parse_slo({"ttft_p50_ms": 100, "e2e_p90_ms": 1000}), 1.0)
     # TTFT p50 of (50, 100, 100, 300) is 100 ms: met; goodput: TTFT <= 100 and E2E <= 1 s
-    assert ok_only["slo_terms"]["ttft_p50_ms"] == {"threshold_ms": 100.0, "value_ms": 100.0, "met": True,
-                                                  "attainment": 0.75}
+    assert ok_only["slo_terms"]["ttft_p50_ms"] == {
+        "threshold_ms": 100.0, "value_ms": 100.0, "met": True, "attainment": 0.75}
     assert ok_only["slo_met"] and ok_only["good_requests"] == 3
 
 

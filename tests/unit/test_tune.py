@@ -331,8 +331,8 @@ def test_an_earlier_result_in_another_layouts_place_is_removed_with_a_winner_and
     assert got["vars_others"] == ["host_vars/h/tuned.yml"]
     there = {"host_vars/h/tuned.yml": OLD}
     won = _tune.writeback_plan(got["vars_files"], [], True, read=there.get, others=got["vars_others"])
-    assert [(a["file"], a["action"]) for a in won["actions"]] == [("group_vars/sglang_servers/tuned.yml", "write"),
-                                                                   ("host_vars/h/tuned.yml", "remove")]
+    assert [(a["file"], a["action"]) for a in won["actions"]] == [
+        ("group_vars/sglang_servers/tuned.yml", "write"), ("host_vars/h/tuned.yml", "remove")]
     assert "an earlier result in another place, which would otherwise override or shadow the new one" in won["lines"][1]
     lost = _tune.writeback_plan(got["vars_files"], [], False, read=there.get, others=got["vars_others"])
     assert [a["action"] for a in lost["actions"]] == ["none", "keep"]
