@@ -19,7 +19,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, plain
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import load_model_config
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import server_plan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import read_inputs
@@ -29,16 +29,6 @@ display = Display()
 _RESULT_KEYS = ("changed", "failed", "skipped", "msg", "ansible_facts", "modules_run", "invocation",
                 "_ansible_no_log", "_ansible_verbose_always", "warnings", "deprecations")
 
-
-def _plain(value: Any) -> Any:
-    """Templated values as plain containers (Ansible 2.19 hands tagged subclasses)."""
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
 
 
 class ActionModule(ActionBase):
@@ -53,9 +43,9 @@ class ActionModule(ActionBase):
         host = str(task_vars.get("inventory_hostname"))
         given = self._task.args.get("plan")
         if given:
-            return self._shown(self._reuse(result, _plain(given), host))
+            return self._shown(self._reuse(result, plain(given), host))
         inputs = read_inputs(self._var(task_vars), host, self._addresses(task_vars),
-                             _plain(task_vars.get("groups") or {}))
+                             plain(task_vars.get("groups") or {}))
         base_dir = str(inputs.request.get("base_dir") or "")
         modules_run: list[str] = []
         facts = self._module("llmops.sglang.host_facts", modules_run, task_vars,
@@ -89,7 +79,7 @@ class ActionModule(ActionBase):
         def get(name: str) -> Any:
             if name not in task_vars:
                 return None
-            return _plain(self._templar.template(task_vars[name]))
+            return plain(self._templar.template(task_vars[name]))
         return get
 
     def _addresses(self, task_vars: dict[str, Any]) -> Any:

@@ -15,23 +15,13 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     instance_plan,
     validate_plan,
 )
-
-
-def _plain(value: Any) -> Any:
-    """Templated values as plain Python containers (Ansible 2.19 hands tagged subclasses)."""
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import plain
 
 
 def hicache_plan_filter(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
     """``sglang_host | llmops.sglang.hicache_plan(release=..., instances=..., ...)``."""
     try:
-        return hicache_plan(_plain(facts), **_plain(kwargs))
+        return hicache_plan(plain(facts), **plain(kwargs))
     except ValueError as exc:  # PlanError, UnknownReleaseError and bad values
         raise AnsibleFilterError(str(exc)) from None
     except TypeError as exc:
@@ -46,7 +36,7 @@ def instance_plan_filter(facts: Mapping[str, Any], validate: bool = True, on_err
     ``fail`` task whose message starts with the value, the variable and the fix, without the
     templating error's prefix)."""
     try:
-        plan = instance_plan(_plain(facts), **_plain(kwargs))
+        plan = instance_plan(plain(facts), **plain(kwargs))
         if validate:
             validate_plan(plan)
         return plan

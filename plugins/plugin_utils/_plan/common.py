@@ -18,6 +18,18 @@ class PlanError(ValueError):
     """A plan that cannot be made; the message says what to change."""
 
 
+def plain(value: Any) -> Any:
+    """Templated values as plain Python containers (Ansible 2.19 hands tagged subclasses): what
+    the plan's callers (action server_plan, filters instance_plan / hicache_plan) pass in."""
+    if isinstance(value, Mapping) or hasattr(value, "items"):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
 def gb(value: float) -> str:
     return f"{value / GB:.2f} GB"
 
