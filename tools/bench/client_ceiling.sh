@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 REPS=${1:-2}; shift || true
 CS=("$@"); [ ${#CS[@]} -gt 0 ] || CS=(64 256)
 T=${MAX_TOKENS:-512}; K=${REQ_PER_C:-4}; PORT=${PORT:-34500}
-OUT=/tmp/llmops-perf/ceiling; mkdir -p "$OUT"
+OUT=${PERF_DIR:-$PWD/build/perf}/ceiling; mkdir -p "$OUT"
 SG=/tmp/sgbench
 if [ ! -x $SG/bin/python ] || ! $SG/bin/python -c 'import sglang, transformers, orjson' 2>/dev/null; then
   python3 -m venv $SG

@@ -3,14 +3,16 @@
 #   tools/bench/deploy_bench.sh [TIME_SCALE] [SCENARIOS...]
 # SCENARIOS: profile:policy, default "mtp:parallel baseline:parallel mtp_hicache:serial
 # mtp_hicache:parallel". Each: clean base dir, cold deploy (timed), no-change re-run (timed),
-# stop. Results: /tmp/llmops-perf/deploy-results/<scenario>.{log,json} and a summary on stdout.
+# stop. Results: $PERF_DIR/deploy-results/<scenario>.{log,json} (PERF_DIR: build/perf in the
+# checkout by default, git-ignored) and a summary on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
 export ANSIBLE_CALLBACK_PLUGINS="$PWD/tools/bench" ANSIBLE_CALLBACKS_ENABLED=task_timer
 INV=tools/bench/inventory_deploy4.yml
-BASE=/tmp/llmops-perf/deploy4
-OUT=/tmp/llmops-perf/deploy-results
+export PERF_DIR=${PERF_DIR:-$PWD/build/perf}
+BASE=$PERF_DIR/deploy4
+OUT=$PERF_DIR/deploy-results
 SCALE=${1:-0.13}; shift || true
 SCEN=("$@"); [ ${#SCEN[@]} -gt 0 ] || SCEN=(mtp:parallel baseline:parallel mtp_hicache:serial mtp_hicache:parallel)
 mkdir -p "$OUT"

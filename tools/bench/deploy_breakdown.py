@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Phase breakdown of the deploy runs of tools/bench/deploy_bench.sh (task_timer JSON).
 
-    .venv/bin/python tools/bench/deploy_breakdown.py [/tmp/llmops-perf/deploy-results]
+    .venv/bin/python tools/bench/deploy_breakdown.py [build/perf/deploy-results]
 
 Per run: total, seconds before the first start task (facts, plan, engine copy, render),
 start task(s), readiness wait(s), after (manifest), and the slowest tasks.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/llmops-perf/deploy-results")
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "build/perf/deploy-results")
     for path in sorted(root.glob("*.tasks.json")):
         data = json.loads(path.read_text())
         tasks = data["tasks"]

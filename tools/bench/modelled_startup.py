@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Modelled start-up of each embedded-engine instance of a deployment, and its measured L.
 
-    .venv/bin/python tools/bench/modelled_startup.py /tmp/llmops-perf/deploy4
+    .venv/bin/python tools/bench/modelled_startup.py build/perf/deploy4
 
 For each <base_dir>/<instance>/launch.sh: the modelled load + HiCache pin seconds (the
 perf model, GPU time, independent of the time scale) and, from server.log, the measured wall
@@ -61,7 +61,7 @@ def _measured_l(log: Path) -> float | None:
 
 
 def main() -> int:
-    base = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/llmops-perf/deploy4")
+    base = Path(sys.argv[1] if len(sys.argv) > 1 else "build/perf/deploy4")
     out = {}
     for inst in sorted(p for p in base.iterdir() if (p / "launch.sh").exists()):
         env = _env(inst / "env")

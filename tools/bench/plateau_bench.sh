@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
 REPS=${1:-2}; INV=tools/bench/inventory_seed_bench.yml
-OUT=/tmp/llmops-perf/plateau; mkdir -p "$OUT"
+OUT=${PERF_DIR:-$PWD/build/perf}/plateau; mkdir -p "$OUT"
 trap 'ansible-playbook -i $INV playbooks/stop.yml >/dev/null 2>&1 || true' EXIT
 ansible-playbook -i $INV playbooks/deploy.yml -e profile=mtp_hicache >"$OUT/deploy.log" 2>&1
 URL=http://127.0.0.1:34200
