@@ -30,7 +30,6 @@ _RESULT_KEYS = ("changed", "failed", "skipped", "msg", "ansible_facts", "modules
                 "_ansible_no_log", "_ansible_verbose_always", "warnings", "deprecations")
 
 
-
 class ActionModule(ActionBase):
     """Read the host once, plan on the controller, optionally pre-flight on the host."""
 
