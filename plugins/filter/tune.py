@@ -24,8 +24,9 @@ def _wrap(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _tune_slo(settings: dict[str, Any]) -> dict[str, Any]:
-    """{ttft_p99_ms, itl_p50_ms, concurrency} -> the checked SLO."""
-    return _tune.slo(**{k: settings.get(k) for k in ("ttft_p99_ms", "itl_p50_ms", "concurrency")})
+    """{ttft_p99_ms, itl_p50_ms, concurrency, score, target_rps} -> the checked objective."""
+    return _tune.slo(**{k: settings.get(k) for k in ("ttft_p99_ms", "itl_p50_ms", "concurrency", "score", "target_rps")
+                        if k in settings})
 
 
 def _tune_classes(hosts: list[str], hostvars: Any, groups: dict[str, list[str]],

@@ -10,6 +10,7 @@ Kept free of Ansible so that the search is unit-tested as plain Python (tests/un
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -230,9 +231,17 @@ def candidate_vars(candidate: Mapping[str, Any], extra_args: Any = None) -> dict
 
 # ---- the service-level objective ----
 
-def slo(ttft_p99_ms: Any = 0, itl_p50_ms: Any = 0, concurrency: Any = 0) -> dict[str, Any]:
-    """The SLO from the role's variables; 0 (or empty) turns a part off. No limit at all:
-    peak throughput wins."""
+# score -> (a level's figure, the bound's key for it, the unit)
+SCORES = {"throughput": ("output_tok_s", "tok_s", "tok/s"), "capacity": ("req_s", "req_s", "req/s")}
+
+
+def slo(ttft_p99_ms: Any = 0, itl_p50_ms: Any = 0, concurrency: Any = 0, score: Any = "throughput",
+        target_rps: Any = 0) -> dict[str, Any]:
+    """The objective from the role's variables; 0 (or empty) turns an SLO part off. No limit at
+    all: peak throughput wins. ``score``: ``throughput`` (output tok/s of the best level within
+    the SLO) or ``capacity`` (requests/s one instance carries within the SLO, the figure the
+    bench's capacity answer divides a target load by: it needs an SLO); ``target_rps`` (> 0)
+    adds the instances a winner needs for that load."""
     out: dict[str, Any] = {}
     for key, value, var in (("ttft_p99_ms", ttft_p99_ms, "sglang_tune_slo_ttft_p99_ms"),
                             ("itl_p50_ms", itl_p50_ms, "sglang_tune_slo_itl_p50_ms"),
@@ -246,7 +255,29 @@ def slo(ttft_p99_ms: Any = 0, itl_p50_ms: Any = 0, concurrency: Any = 0) -> dict
                             f"(0 = no limit{'' if key != 'concurrency' else ': the best level'}); e.g. {var}=500")
         out[key] = (int(number) if key == "concurrency" else number) or None
     out["active"] = bool(out["ttft_p99_ms"] or out["itl_p50_ms"])
+    if score not in SCORES:
+        raise TuneError(f"sglang_tune_score: {score!r} must be one of {', '.join(SCORES)} (throughput: tok/s within "
+                        "the SLO; capacity: requests/s per instance within the SLO)")
+    if score == "capacity" and not out["active"]:
+        raise TuneError("sglang_tune_score: capacity scores the requests/s an instance carries within an SLO, and no SLO "
+                        "is set: set sglang_tune_slo_ttft_p99_ms and/or sglang_tune_slo_itl_p50_ms (e.g. "
+                        "-e sglang_tune_slo_ttft_p99_ms=500), or score by throughput")
+    try:
+        target = float(target_rps or 0)
+    except (TypeError, ValueError):
+        target = -1.0
+    if target < 0 or isinstance(target_rps, bool):
+        raise TuneError(f"sglang_tune_capacity_target_rps: {target_rps!r} is not a number of requests/s >= 0 "
+                        "(0 = none); e.g. sglang_tune_capacity_target_rps=40")
+    out["score"] = str(score)
+    out["target_rps"] = target or None
     return out
+
+
+def _figure(objective: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A level's figure of merit (its key in a point, in a bound, its unit): output tok/s, or
+    req/s for capacity."""
+    return SCORES[str(objective.get("score") or "throughput")]
 
 
 def latency(point: Mapping[str, Any], key: str, stat: str) -> tuple[float | None, str]:
@@ -283,25 +314,37 @@ def usable(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                    and not p.get("client_limited")), key=lambda p: p["concurrency"])
 
 
+def _scored(point: Mapping[str, Any], objective: Mapping[str, Any]) -> dict[str, Any]:
+    key, _, unit = _figure(objective)
+    value = point.get(key)
+    return {"value": float(value) if isinstance(value, (int, float)) else None, "unit": unit,
+            "tok_s": point["output_tok_s"], "req_s": point.get("req_s"), "concurrency": point["concurrency"], "reason": ""}
+
+
+def _unscored(objective: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    return {"value": None, "unit": _figure(objective)[2], "tok_s": None, "req_s": None, "concurrency": None,
+            "reason": reason}
+
+
 def score(points: Sequence[Mapping[str, Any]], objective: Mapping[str, Any]) -> dict[str, Any]:
-    """A candidate's figure of merit: its peak tok/s without SLO; with one, the best tok/s of a
-    level that meets it (only at the SLO's concurrency when that is set)."""
-    levels = usable(points)
+    """A candidate's figure of merit (``value``, in ``unit``): its peak tok/s without SLO; with
+    one, the best tok/s of a level that meets it (only at the SLO's concurrency when that is
+    set); with ``score: capacity``, the highest requests/s of a level that meets it (what one
+    instance carries within the SLO: the fewest instances for any target load)."""
+    key = _figure(objective)[0]
+    levels = [p for p in usable(points) if isinstance(p.get(key), (int, float))]
     if objective.get("concurrency"):
         levels = [p for p in levels if p["concurrency"] == objective["concurrency"]]
     if not levels:
-        return {"tok_s": None, "concurrency": None, "reason": "no level ran cleanly"
-                + (f" at C={objective['concurrency']}" if objective.get("concurrency") else "")}
+        return _unscored(objective, "no level ran cleanly"
+                         + (f" at C={objective['concurrency']}" if objective.get("concurrency") else ""))
     if not objective.get("active"):
-        best = max(levels, key=lambda p: (p["output_tok_s"], -p["concurrency"]))
-        return {"tok_s": best["output_tok_s"], "concurrency": best["concurrency"], "reason": ""}
+        return _scored(max(levels, key=lambda p: (p[key], -p["concurrency"])), objective)
     verdicts = [(p, *level_meets(p, objective)) for p in levels]
     good = [p for p, ok, _ in verdicts if ok]
     if not good:
-        return {"tok_s": None, "concurrency": None,
-                "reason": "SLO violated at every level: " + "; ".join(why for _, _, why in verdicts)}
-    best = max(good, key=lambda p: (p["output_tok_s"], -p["concurrency"]))
-    return {"tok_s": best["output_tok_s"], "concurrency": best["concurrency"], "reason": ""}
+        return _unscored(objective, "SLO violated at every level: " + "; ".join(why for _, _, why in verdicts))
+    return _scored(max(good, key=lambda p: (p[key], -p["concurrency"])), objective)
 
 
 # ---- pruning ----
@@ -319,7 +362,10 @@ def bound(probe: Mapping[str, Any], levels: Sequence[int], objective: Mapping[st
     top = objective.get("concurrency") or max(levels)
     cap = min(int(running), top) if isinstance(running, int) and running > 0 else top
     per_request = float(low["output_tok_s"]) / max(1, min(int(low["concurrency"]), cap))
-    return {"tok_s": round(per_request * cap, 1), "per_request": round(per_request, 2), "running": running,
+    # the same bound in requests/s (capacity scoring): a request is no faster than alone either
+    req_per_request = float(low.get("req_s") or 0.0) / max(1, min(int(low["concurrency"]), cap))
+    return {"tok_s": round(per_request * cap, 1), "req_s": round(req_per_request * cap, 4) if low.get("req_s") else None,
+            "per_request": round(per_request, 2), "running": running,
             "cap": cap, "reason": f"{per_request:.1f} tok/s per request (C={low['concurrency']}) x {cap} "
                                   f"(min(running {running if running else '?'}, C<={top}))"}
 
@@ -336,10 +382,11 @@ def decide(probe: Mapping[str, Any], levels: Sequence[int], objective: Mapping[s
         if not ok:
             return {"action": "prune", "bound": b,
                     "reason": f"pruned: SLO violated already at its lowest level ({why}); latency only grows with C"}
-    if best and best.get("tok_s") is not None and b["tok_s"] <= float(best["tok_s"]):
+    _, key, unit = _figure(objective)
+    if best and best.get("value") is not None and b.get(key) is not None and b[key] <= float(best["value"]):
         return {"action": "prune", "bound": b,
-                "reason": f"pruned by bound: at most {b['tok_s']:.1f} tok/s <= best so far "
-                          f"{float(best['tok_s']):.1f} tok/s ({best['label']})"}
+                "reason": f"pruned by bound: at most {b[key]:.1f} {unit} <= best so far "
+                          f"{float(best['value']):.1f} {unit} ({best['label']})"}
     return {"action": "sweep", "bound": b, "reason": ""}
 
 
@@ -364,13 +411,20 @@ def merge_sweeps(probe: Mapping[str, Any], rest: Mapping[str, Any] | None, plate
     return merged
 
 
+def _value(record: Mapping[str, Any]) -> float | None:
+    """A candidate record's score (records of older runs have only ``tok_s``)."""
+    sc = record.get("score") or {}
+    value = sc.get("value", sc.get("tok_s"))
+    return None if value is None else float(value)
+
+
 def best_so_far(results: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The best scored candidate so far ({tok_s, label}), None before the first."""
-    scored = [r for r in results if (r.get("score") or {}).get("tok_s") is not None]
+    """The best scored candidate so far ({value, tok_s, label}), None before the first."""
+    scored = [r for r in results if _value(r) is not None]
     if not scored:
         return None
-    top = max(scored, key=lambda r: (r["score"]["tok_s"], -r["candidate"]["index"]))
-    return {"tok_s": top["score"]["tok_s"], "label": top["candidate"]["label"]}
+    top = max(scored, key=lambda r: (_value(r), -r["candidate"]["index"]))
+    return {"value": _value(top), "tok_s": top["score"].get("tok_s"), "label": top["candidate"]["label"]}
 
 
 def result(candidate: Mapping[str, Any], objective: Mapping[str, Any], plateau_gain: float,
@@ -379,10 +433,10 @@ def result(candidate: Mapping[str, Any], objective: Mapping[str, Any], plateau_g
     """One candidate's record: status (swept, pruned, failed), its sweep and score."""
     if error or not probe:
         return {"candidate": dict(candidate), "status": "failed", "reason": f"failed: {error or 'no sweep'}",
-                "sweep": None, "score": {"tok_s": None}, "bound": None}
+                "sweep": None, "score": _unscored(objective, ""), "bound": None}
     sweep = merge_sweeps(probe, rest, plateau_gain)
     pruned = (decision or {}).get("action") == "prune"
-    sc = {"tok_s": None, "concurrency": None, "reason": ""} if pruned else score(sweep["points"], objective)
+    sc = _unscored(objective, "") if pruned else score(sweep["points"], objective)
     return {"candidate": dict(candidate), "status": "pruned" if pruned else "swept",
             "reason": (decision or {}).get("reason") or sc.get("reason") or "", "sweep": sweep, "score": sc,
             "bound": (decision or {}).get("bound")}
@@ -414,27 +468,53 @@ def server_context(sweep: Mapping[str, Any] | None, at: Any = None) -> str:
 def choose(results: Sequence[Mapping[str, Any]], objective: Mapping[str, Any]) -> dict[str, Any]:
     """The winner (highest score; the earlier candidate on a tie) and, for every other
     candidate, why it lost."""
-    scored = [r for r in results if (r.get("score") or {}).get("tok_s") is not None]
+    scored = [r for r in results if _value(r) is not None]
     if not scored:
         return {"winner": None, "why": {r["candidate"]["label"]: r.get("reason") or "no score" for r in results},
                 "message": "no candidate " + ("met the SLO" if objective.get("active") else "ran cleanly")}
-    win = max(scored, key=lambda r: (r["score"]["tok_s"], -r["candidate"]["index"]))
-    top = float(win["score"]["tok_s"])
-    what = "tok/s within the SLO" if objective.get("active") else "peak tok/s"
+    win = max(scored, key=lambda r: (_value(r), -r["candidate"]["index"]))
+    top = float(_value(win) or 0.0)
+    what = score_words(objective)
     why: dict[str, str] = {}
     for r in results:
         label = r["candidate"]["label"]
         if r is win:
             continue
         sc = r.get("score") or {}
-        if sc.get("tok_s") is None:
+        value = _value(r)
+        if value is None:
             why[label] = r.get("reason") or "no score"
             continue
         ctx = server_context(r.get("sweep"), sc.get("concurrency"))
-        why[label] = (f"lower {what}: {sc['tok_s']:.1f} at C={sc['concurrency']} vs {top:.1f} "
-                      f"({(sc['tok_s'] / top - 1) * 100:+.1f}%)" + (f"; {ctx}" if ctx else ""))
+        why[label] = (f"lower {what}: {value:.{_digits(objective)}f} at C={sc['concurrency']} vs {top:.{_digits(objective)}f} "
+                      f"({(value / top - 1) * 100:+.1f}%)" + (f"; {ctx}" if ctx else ""))
     return {"winner": dict(win), "why": why,
-            "message": f"{win['candidate']['label']}: {top:.1f} {what} at C={win['score']['concurrency']}"}
+            "message": f"{win['candidate']['label']}: {top:.{_digits(objective)}f} {what} at C={win['score']['concurrency']}"
+                       + _needed_text(objective, top)}
+
+
+def score_words(objective: Mapping[str, Any]) -> str:
+    """What the score is, in words."""
+    if objective.get("score") == "capacity":
+        return "req/s per instance within the SLO"
+    return "tok/s within the SLO" if objective.get("active") else "peak tok/s"
+
+
+def _digits(objective: Mapping[str, Any]) -> int:
+    return 2 if objective.get("score") == "capacity" else 1
+
+
+def instances_needed(objective: Mapping[str, Any], per_instance: float | None) -> int | None:
+    """Instances that carry the objective's target load at a per-instance capacity (req/s)."""
+    target = objective.get("target_rps")
+    if objective.get("score") != "capacity" or not target or not per_instance:
+        return None
+    return math.ceil(float(target) / float(per_instance) - 1e-9)
+
+
+def _needed_text(objective: Mapping[str, Any], per_instance: float) -> str:
+    needed = instances_needed(objective, per_instance)
+    return "" if needed is None else f"; {needed} instance(s) carry {objective['target_rps']:g} req/s"
 
 
 def tuned_fact(choice: Mapping[str, Any], class_name: str, representative: str, run_id: str,
@@ -450,10 +530,14 @@ def tuned_fact(choice: Mapping[str, Any], class_name: str, representative: str, 
             "max_running_requests": win["candidate"]["max_running_requests"],
             "hicache_size_gb": win["candidate"]["hicache_size_gb"],
             "speculative": win["candidate"]["speculative"],
-            "score_tok_s": win["score"]["tok_s"], "at_concurrency": win["score"]["concurrency"],
+            "score_tok_s": win["score"].get("tok_s"), "at_concurrency": win["score"]["concurrency"],
+            "score": _value(win), "score_unit": win["score"].get("unit", "tok/s"),
+            "score_req_s": win["score"].get("req_s"),
+            "instances_needed": instances_needed(objective, _value(win)), "target_rps": objective.get("target_rps"),
             "peak": peak or None, "knee": knee or None,
             "server_max_running_requests": ((win.get("sweep") or {}).get("server") or {}).get("max_running_requests"),
-            "slo": {k: objective.get(k) for k in ("ttft_p99_ms", "itl_p50_ms", "concurrency")}}
+            "slo": {k: objective.get(k) for k in ("ttft_p99_ms", "itl_p50_ms", "concurrency")},
+            "scored_by": objective.get("score") or "throughput"}
 
 
 # ---- write-back ----
@@ -476,7 +560,8 @@ def vars_file(fact: Mapping[str, Any], candidate: Mapping[str, Any], extra_args:
     header = [
         f"# Generated by playbooks/tune.yml (llmops.sglang) at {generated}, run {fact.get('run_id')}.",
         f"# Host class {fact.get('class')} (hosts: {', '.join(hosts)}), measured on {fact.get('representative')}.",
-        f"# Winner: {fact.get('candidate')} ({fact.get('score_tok_s')} tok/s at C={fact.get('at_concurrency')}).",
+        f"# Winner: {fact.get('candidate')} ({fact.get('score')} {fact.get('score_unit', 'tok/s')} at "
+        f"C={fact.get('at_concurrency')}, scored by {fact.get('scored_by', 'throughput')}).",
         f"# Report: {report}",
         "# Review and commit it; deploy.yml reads it (Ansible's group_vars/host_vars). Delete it to",
         "# deploy the profile defaults again; a re-run of tune.yml overwrites it.",
@@ -590,13 +675,15 @@ def path_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
             lines.append(f"{n}. {label}: {r['reason']}")
             continue
         head = f"{n}. {label}: deployed; C={_levels(sweep).split(',')[0]}"
-        head += f" -> bound {_f(b.get('tok_s'))} tok/s ({b.get('reason', '')})" if b else ""
+        head += f" -> bound {_f(b.get('tok_s'))} tok/s" + (f" / {_f(b.get('req_s'), 2)} req/s" if b.get("req_s") else "") \
+            + f" ({b.get('reason', '')})" if b else ""
         if r["status"] == "pruned":
             lines.append(f"{head}; {r['reason'].replace('pruned by bound: at most', 'pruned:')}")
             continue
         plateau = " (stopped on plateau)" if (sweep or {}).get("stopped_on_plateau") else ""
         sc = r.get("score") or {}
-        got = f"{_f(sc.get('tok_s'))} tok/s at C={sc.get('concurrency')}" if sc.get("tok_s") is not None else r["reason"]
+        got = (f"{_f(_value(r), 2 if sc.get('unit') == 'req/s' else 1)} {sc.get('unit', 'tok/s')} at C={sc.get('concurrency')}"
+               if _value(r) is not None else r["reason"])
         lines.append(f"{head}; swept C={_levels(sweep)}{plateau}: {got}")
     return lines
 
@@ -609,12 +696,13 @@ def _row(r: Mapping[str, Any], choice: Mapping[str, Any], top: float | None) -> 
     peak, knee = (sweep.get("peak") or {}, sweep.get("knee") or {}) if swept else ({}, {})
     sc = r.get("score") or {}
     win = choice.get("winner") is not None and choice["winner"]["candidate"]["label"] == label
-    rel = f"{(sc['tok_s'] / top - 1) * 100:+.1f}%" if sc.get("tok_s") is not None and top else "-"
+    value = _value(r)
+    rel = f"{(value / top - 1) * 100:+.1f}%" if value is not None and top else "-"
     cells = [str(r["candidate"]["index"] + 1), f"**{label}**" if win else label, r["status"],
              _f((sweep.get("server") or {}).get("max_running_requests")), _f(first.get("output_tok_s")),
              _f((r.get("bound") or {}).get("tok_s")),
              f"{_f(peak.get('output_tok_s'))} @C={peak.get('concurrency')}" if peak else "-",
-             f"C={knee['concurrency']}" if knee else "-", _f(sc.get("tok_s")), rel,
+             f"C={knee['concurrency']}" if knee else "-", _f(value, 2 if sc.get("unit") == "req/s" else 1), rel,
              "winner" if win else choice["why"].get(label, "")]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
@@ -622,15 +710,19 @@ def _row(r: Mapping[str, Any], choice: Mapping[str, Any], top: float | None) -> 
 def render_markdown(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     """tune.md: the setting, one comparison table of every candidate, the path, the winner."""
     objective = info.get("slo") or {}
+    limits = [f"{name} <= {_f(objective.get(key))} ms" for key, name in (("ttft_p99_ms", "TTFT p99"), ("itl_p50_ms", "ITL p50"))
+              if objective.get(key)]
     slo_text = ("none: peak throughput wins" if not objective.get("active") else
-                f"TTFT p99 <= {_f(objective.get('ttft_p99_ms'))} ms, ITL p50 <= {_f(objective.get('itl_p50_ms'))} ms "
+                f"{', '.join(limits)} "
                 f"at {('C=' + str(objective['concurrency'])) if objective.get('concurrency') else 'the best level'}")
-    top = (choice.get("winner") or {}).get("score", {}).get("tok_s")
+    top = _value(choice["winner"]) if choice.get("winner") else None
+    unit = "req/s" if objective.get("score") == "capacity" else "tok/s"
     lines = [f"# Tune: class {info.get('class')}", "",
              f"Run {info.get('run_id')}; representative host {info.get('representative')} of "
              f"{', '.join(info.get('hosts') or [])}; levels {', '.join(map(str, info.get('levels') or []))}; "
-             f"SLO: {slo_text}. Throughputs are output tok/s (modelled GPU time on the embedded engine).", "",
-             "| # | candidate | status | server max running | C=1 tok/s | bound tok/s | peak tok/s | knee | score tok/s "
+             f"SLO: {slo_text}. Score: {score_words(objective)}. Throughputs are output tok/s (modelled GPU time on "
+             "the embedded engine).", "",
+             f"| # | candidate | status | server max running | C=1 tok/s | bound tok/s | peak tok/s | knee | score {unit} "
              "| vs winner | why |", "|" + " --- |" * 11]
     lines += [_row(r, choice, top) for r in results]
     winner = choice.get("message") if choice.get("winner") else f"none: {choice.get('message')}"
@@ -654,7 +746,7 @@ def render_csv(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], 
     if header:
         out.writerow(["class", "index", "candidate", "profile", "max_running_requests", "hicache_size_gb", "spec_steps",
                       "spec_draft_tokens", "status", "server_max_running", "concurrency", "output_tok_s",
-                      "ttft_p99_ms", "itl_p50_ms", "bound_tok_s", "score_tok_s", "winner", "why"])
+                      "ttft_p99_ms", "itl_p50_ms", "bound_tok_s", "score_tok_s", "score", "score_unit", "winner", "why"])
     win = ((choice.get("winner") or {}).get("candidate") or {}).get("label")
     for r in results:
         c, sweep = r["candidate"], r.get("sweep") or {}
@@ -662,7 +754,9 @@ def render_csv(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], 
         head = [class_name, c["index"] + 1, c["label"], c["profile"], c["max_running_requests"], c["hicache_size_gb"],
                 spec.get("steps", ""), spec.get("draft_tokens", ""), r["status"],
                 (sweep.get("server") or {}).get("max_running_requests", "")]
-        tail = [(r.get("bound") or {}).get("tok_s", ""), (r.get("score") or {}).get("tok_s", ""),
+        sc = r.get("score") or {}
+        tail = [(r.get("bound") or {}).get("tok_s", ""), "" if sc.get("tok_s") is None else sc["tok_s"],
+                "" if _value(r) is None else _value(r), sc.get("unit", "tok/s"),
                 str(c["label"] == win).lower(), "" if c["label"] == win else choice["why"].get(c["label"], "")]
         for p in sweep.get("points") or [{}]:
             out.writerow([*head, p.get("concurrency", ""), p.get("output_tok_s", ""),

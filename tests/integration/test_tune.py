@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -80,6 +81,39 @@ def test_tune_on_seed_finds_mtp_hicache_writes_it_back_and_deploy_uses_it(tmp_pa
         assert dep.manifest()["profile"] == "mtp_hicache"
         shown = dep.adhoc("localhost", "-m", "ansible.builtin.debug", "-a", "var=sglang_tuned.candidate")
         assert "sglang_tuned.candidate: mtp_hicache" in shown.stdout.replace('"', "")  # json or yaml callback
+    finally:
+        dep.extra = {k: v for k, v in dep.extra.items() if not k.startswith("sglang_tune_")}
+        _stop(dep)
+
+
+@pytest.mark.e2e
+def test_tune_scored_by_capacity_ranks_requests_per_second_within_the_slo(tmp_path: Path) -> None:
+    """sglang_tune_score=capacity: candidates ranked by the requests/s one instance carries
+    within the SLO, the winner's fact says how many instances carry the target load, and
+    capacity without an SLO is refused before anything changes."""
+    dep = _seed_copy(tmp_path)
+    try:
+        refused = dep.play("tune.yml", timeout=300, sglang_tune_run_id="t0", sglang_tune_score="capacity", **dep.extra)
+        assert refused.rc != 0 and "no SLO is set" in refused.out and not (tmp_path / "sglang").exists()
+        run = dep.play("tune.yml", timeout=900, sglang_tune_run_id="t2", sglang_tune_score="capacity",
+                       sglang_tune_slo_ttft_p99_ms=60000, sglang_tune_capacity_target_rps=5,
+                       sglang_tune_space={"profiles": ["mtp_hicache", "baseline"]}, **dep.extra)
+        assert run.rc == 0, run.out[-5000:]
+        folder = tmp_path / "reports" / "t2"
+        (outcome,) = json.loads((folder / "tune.json").read_text()).values()
+        fact = outcome["fact"]
+        assert fact["scored_by"] == "capacity" and fact["score_unit"] == "req/s" and fact["target_rps"] == 5
+        winner = {r["candidate"]["label"]: r for r in outcome["results"]}[fact["candidate"]]
+        # the score is the req/s of the winner's best level within the SLO, and that level met it
+        level = next(p for p in winner["sweep"]["points"] if p["concurrency"] == fact["at_concurrency"])
+        assert fact["score"] == pytest.approx(level["req_s"]) and level["ttft_ms"]["p99"] <= 60000
+        assert fact["score"] == max(p["req_s"] for p in winner["sweep"]["points"] if p["ttft_ms"]["p99"] <= 60000)
+        assert fact["instances_needed"] == math.ceil(5 / fact["score"] - 1e-9)
+        for label, why in outcome["choice"]["why"].items():
+            assert why.startswith(("lower req/s per instance within the SLO", "pruned")), (label, why)
+        md = (folder / "tune.md").read_text()
+        assert "Score: req/s per instance within the SLO." in md and "instance(s) carry 5 req/s" in md
+        assert "scored by capacity" in (dep.inventory / "host_vars" / "localhost" / "tuned.yml").read_text()
     finally:
         dep.extra = {k: v for k, v in dep.extra.items() if not k.startswith("sglang_tune_")}
         _stop(dep)

@@ -191,7 +191,8 @@ def test_slo_picks_the_best_level_that_meets_it_client_or_server_bucket() -> Non
     fast = [_pt(1, 60.0, itl_ms={"p50": 15.0}), _pt(4, 200.0, itl_ms={"p50": 18.0}),
             _pt(8, 360.0, itl_ms={"p50": 21.0})]
     objective = _tune.slo(itl_p50_ms=20)
-    assert _tune.score(fast, objective) == {"tok_s": 200.0, "concurrency": 4, "reason": ""}
+    assert _tune.score(fast, objective) == {"value": 200.0, "unit": "tok/s", "tok_s": 200.0, "req_s": None,
+                                            "concurrency": 4, "reason": ""}
     # not measurable by the client: the upper bound of the server's bucket decides
     hidden = _pt(8, 360.0, itl_ms={"p50": 5.0}, latency_unmeasurable={"itl_ms": ["p50"]},
                  server={"itl_ms_range": {"p50": [15.0, 20.0]}})
@@ -340,3 +341,58 @@ def test_an_earlier_result_in_another_layouts_place_is_removed_with_a_winner_and
     mine = _tune.writeback_plan(got["vars_files"], [], True, read={"host_vars/h/tuned.yml": "profile: x\n"}.get,
                                 others=got["vars_others"])
     assert mine["actions"][1]["action"] == "keep" and "it may override the new file" in mine["lines"][1]
+
+
+# ---- scoring by capacity: requests/s per instance within the SLO ----
+
+def _rpt(c: int, tok_s: float, req_s: float, ttft_p99: float) -> dict:
+    return _pt(c, tok_s, req_s=req_s, ttft_ms={"p99": ttft_p99})
+
+
+def test_capacity_score_needs_an_slo_and_a_known_name() -> None:
+    with pytest.raises(_tune.TuneError, match="no SLO is set.*sglang_tune_slo_ttft_p99_ms"):
+        _tune.slo(score="capacity")
+    with pytest.raises(_tune.TuneError, match="sglang_tune_score: 'latency' must be one of throughput, capacity"):
+        _tune.slo(ttft_p99_ms=500, score="latency")
+    with pytest.raises(_tune.TuneError, match="sglang_tune_capacity_target_rps: 'x'"):
+        _tune.slo(ttft_p99_ms=500, score="capacity", target_rps="x")
+    assert _tune.slo(ttft_p99_ms=500, score="capacity", target_rps=40)["target_rps"] == 40.0
+    assert _tune.slo()["score"] == "throughput" and _tune.slo()["target_rps"] is None
+
+
+def test_capacity_scores_the_highest_request_rate_within_the_slo_not_the_most_tokens() -> None:
+    objective = _tune.slo(ttft_p99_ms=500, score="capacity")
+    # long answers: the most tok/s at C=16 but fewer requests/s than C=8 of short ones
+    points = [_rpt(1, 100.0, 0.5, 120.0), _rpt(8, 700.0, 3.5, 300.0), _rpt(16, 900.0, 3.0, 450.0),
+              _rpt(32, 1000.0, 4.0, 900.0)]
+    sc = _tune.score(points, objective)
+    assert (sc["value"], sc["unit"], sc["concurrency"], sc["tok_s"]) == (3.5, "req/s", 8, 700.0)
+    assert _tune.score(points, _tune.slo(ttft_p99_ms=500))["value"] == 900.0  # by throughput: C=16
+
+
+def test_capacity_bound_prunes_in_requests_per_second() -> None:
+    objective = _tune.slo(ttft_p99_ms=500, score="capacity")
+    probe = _sweep([_rpt(1, 100.0, 0.25, 100.0)], running=8)
+    best = {"value": 3.0, "tok_s": 999.0, "label": "mtp"}
+    decision = _tune.decide(probe, [1, 8], objective, best)
+    # at most 0.25 req/s per request x 8 = 2.0 req/s <= 3.0: pruned (by tok/s it would be 800 < 999 too,
+    # so check one where the two disagree)
+    assert decision["action"] == "prune" and "2.0 req/s <= best so far 3.0 req/s (mtp)" in decision["reason"]
+    best_tok = {"value": 1.0, "tok_s": 5000.0, "label": "mtp"}
+    assert _tune.decide(probe, [1, 8], objective, best_tok)["action"] == "sweep"
+
+
+def test_capacity_winner_fact_and_report_say_requests_per_second_and_instances_needed() -> None:
+    objective = _tune.slo(ttft_p99_ms=500, score="capacity", target_rps=10)
+    cands = _tune.candidates({"profiles": ["baseline", "mtp"]})
+    a = _tune.result(cands[0], objective, 0.05, _sweep([_rpt(1, 100.0, 0.5, 100.0), _rpt(8, 800.0, 2.5, 400.0)], 8))
+    b = _tune.result(cands[1], objective, 0.05, _sweep([_rpt(1, 150.0, 0.6, 100.0), _rpt(8, 1100.0, 2.0, 450.0)], 8))
+    choice = _tune.choose([a, b], objective)
+    assert choice["winner"]["candidate"]["label"] == cands[0]["label"]
+    assert choice["message"].endswith("2.50 req/s per instance within the SLO at C=8; 4 instance(s) carry 10 req/s")
+    assert "lower req/s per instance within the SLO: 2.00 at C=8 vs 2.50 (-20.0%)" in choice["why"][cands[1]["label"]]
+    fact = _tune.tuned_fact(choice, "h200", "host1", "run1", objective)
+    assert (fact["score"], fact["score_unit"], fact["score_tok_s"], fact["instances_needed"], fact["scored_by"]) == \
+        (2.5, "req/s", 800.0, 4, "capacity")
+    md = _tune.render_markdown([a, b], choice, {"class": "h200", "slo": objective})
+    assert "Score: req/s per instance within the SLO." in md and "| score req/s |" in md and "| 2.50 |" in md
