@@ -19,8 +19,8 @@ description:
     sha256, computed there and kept under O(cache_dir)C(/manifests/) with each file's size and
     modification time, so that a re-run hashes only the files that changed.
   - V(check) (at a receiver, before the copy) says whether the receiver has this copy complete
-    already (its own completion marker names exactly the O(manifest), every file as recorded): then
-    nothing is sent. Otherwise the room for the bytes still missing is checked before the first
+    already (its own completion marker names exactly the O(manifest), every file as recorded), and
+    then nothing is sent. Otherwise the room for the bytes still missing is checked before the first
     byte (need, have, where).
   - V(verify) (at a receiver, after the copy) checks every file's size and sha256 (or git blob id)
     against the O(manifest), deletes a bad or missing one (the next copy sends it again) and writes
@@ -87,7 +87,7 @@ EXAMPLES = r"""
     cache_dir: /data/models
   register: sent
 
-- name: After ansible.builtin.copy sent the snapshot: verify it here and mark it complete
+- name: After ansible.builtin.copy sent the snapshot, verify it here and mark it complete
   llmops.sglang.model_receive:
     action: verify
     repo: Qwen/Qwen3-8B

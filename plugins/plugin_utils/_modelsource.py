@@ -62,7 +62,7 @@ def _one(role: str, var: str, value: Any, hosts: list[str], host: str = "") -> d
                               "that has the folder")
         if peer != host:
             return {"role": role, "kind": "peer", "from_host": peer, "path": path.rstrip("/") or "/"}
-    return {"role": role, "kind": kind, "path": path.rstrip("/") or "/"}
+    return {"role": role, "kind": "path", "path": path.rstrip("/") or "/"}
 
 
 def sources(model: Any, draft: Any = None, model_path: str = "", draft_model_path: str = "",

@@ -238,23 +238,32 @@ class Check:
         return dict(self.__dict__)
 
 
-def complete(target: Target, manifest: Manifest, *, full: bool = False) -> bool:
-    """The receiver's marker names exactly this manifest and every file is as it recorded (size
-    and mtime; a file that moved is hashed; ``full``: every file hashed)."""
+def _marked(target: Target, manifest: Manifest, full: bool) -> tuple[bool, bool]:
+    """(complete, moved): the receiver's marker names exactly this manifest and every file checks
+    (size and mtime as recorded; a file that moved is hashed; ``full``: every file hashed);
+    ``moved``: some good file's mtime is not the recorded one (the marker is to be rewritten)."""
     listing = _listing(target, manifest)
     found = read_marker(target.marker, listing.repo, listing.commit)
     if found is None:
-        return False
+        return False, False
     recorded, mtimes = found
     if {f.path: f for f in recorded.files} != {f.path: f for f in manifest.files}:
-        return False
+        return False, False
+    moved = False
     for entry in manifest.files:
         st = _stat(target.file(entry.path))
         if st is None or st[0] != entry.size:
-            return False
-        if (full or st[1] != mtimes.get(entry.path)) and verify.problem(target.file(entry.path), entry) is not None:
-            return False
-    return True
+            return False, False
+        if full or st[1] != mtimes.get(entry.path):
+            if verify.problem(target.file(entry.path), entry) is not None:
+                return False, False
+            moved = moved or st[1] != mtimes.get(entry.path)
+    return True, moved
+
+
+def complete(target: Target, manifest: Manifest, *, full: bool = False) -> bool:
+    """The receiver has this copy complete: its marker names exactly this manifest, every file checks."""
+    return _marked(target, manifest, full)[0]
 
 
 def check(target: Target, manifest: Manifest, *, reserve_bytes: int = 0, full: bool = False) -> Check:
@@ -293,7 +302,11 @@ def receive(target: Target, manifest: Manifest, *, check_mode: bool = False) -> 
     the marker written, atomically and last, only when every file checked. Never a marker for a
     copy that does not check: an old one goes first."""
     out = Received(complete=False, folder=target.folder, marker=target.marker)
-    if complete(target, manifest):
+    done, moved = _marked(target, manifest, False)
+    if done:  # a file touched but with the same bytes (sent again): its new mtime recorded
+        if moved and not check_mode:
+            _mark(target, manifest)
+            out.changed = True
         out.complete = True
         return out
     for entry in manifest.files:
@@ -312,6 +325,12 @@ def receive(target: Target, manifest: Manifest, *, check_mode: bool = False) -> 
             out.changed = True
     if out.bad:
         return out
+    _mark(target, manifest)
+    out.complete = out.changed = True
+    return out
+
+
+def _mark(target: Target, manifest: Manifest) -> None:
     stats = {}
     for entry in manifest.files:
         st = _stat(target.file(entry.path))
@@ -319,5 +338,3 @@ def receive(target: Target, manifest: Manifest, *, check_mode: bool = False) -> 
             raise StageError(f"{target.file(entry.path)} vanished while it was verified")
         stats[entry.path] = st
     write_marker(target.marker, marker_doc(_listing(target, manifest), stats))
-    out.complete = out.changed = True
-    return out
