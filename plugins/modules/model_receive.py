@@ -67,6 +67,19 @@ options:
     description: With V(verify), fail when a file does not check (after deleting it).
     type: bool
     default: false
+  keep_revisions:
+    description:
+      - For a staged revision, once this host has it complete (V(check) or V(verify)), remove this
+        repo's other revisions under O(cache_dir) down to this many in all, as
+        M(llmops.sglang.model_stage) does; the revision and those named in O(in_use_files) are always
+        kept. V(0) keeps everything.
+    type: int
+    default: 0
+  in_use_files:
+    description: Files whose text names the revisions in use (the host's deployment manifest).
+    type: list
+    elements: path
+    default: []
 attributes:
   check_mode:
     description: V(manifest) and V(check) run; V(verify) reports and deletes or writes nothing.
@@ -140,12 +153,40 @@ bad:
   returned: V(verify)
   type: list
   elements: dict
+pruned:
+  description: The commits of this repo removed (O(keep_revisions)); in check mode, those that would be.
+  returned: V(check), V(verify)
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._staging import fanout
+from ansible_collections.llmops.sglang.plugins.module_utils._staging import fanout, prune
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.errors import StageError
+
+
+def _texts(paths: list[str]) -> list[str]:
+    out = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                out.append(fh.read())
+        except OSError:
+            continue
+    return out
+
+
+def _prune(module: AnsibleModule, target: fanout.Target, complete: bool) -> list[str]:
+    """Old revisions of a complete staged revision's repo, removed as model_stage does."""
+    p = module.params
+    if not target.repo or not complete:
+        return []
+    pruned = prune.plan(target.cache_dir, target.repo, p["keep_revisions"], target.commit, _texts(p["in_use_files"]))
+    if not module.check_mode:
+        for commit in pruned:
+            prune.remove(target.cache_dir, target.repo, commit)
+    return pruned
 
 
 def main() -> None:
@@ -160,6 +201,8 @@ def main() -> None:
             "verify": {"type": "str", "choices": ["quick", "full"], "default": "quick"},
             "reserve_gib": {"type": "float", "default": 1.0},
             "fail_on_bad": {"type": "bool", "default": False},
+            "keep_revisions": {"type": "int", "default": 0},
+            "in_use_files": {"type": "list", "elements": "path", "default": []},
         },
         mutually_exclusive=[("repo", "path")],
         required_one_of=[("repo", "path")],
@@ -183,14 +226,17 @@ def main() -> None:
         manifest = fanout.Manifest.from_json(p["manifest"])
         if p["action"] == "check":
             out = fanout.check(target, manifest, reserve_bytes=int(p["reserve_gib"] * 1024 ** 3), full=full)
-            module.exit_json(changed=False, **out.to_json())
+            pruned = _prune(module, target, out.complete)
+            module.exit_json(changed=bool(pruned), pruned=pruned, **out.to_json())
         received = fanout.receive(target, manifest, check_mode=module.check_mode)
         if received.bad and p["fail_on_bad"]:
             listed = "; ".join(f"{b['path']}: {b['problem']}" for b in received.bad)
             module.fail_json(msg=f"the copy of {target.folder} does not match what the origin sent, after it was "
                                  f"sent again: {listed}. No completion marker written; the bad files were deleted "
                                  "(a re-run sends them again)", **received.to_json())
-        module.exit_json(**received.to_json())
+        pruned = _prune(module, target, received.complete)
+        result = received.to_json()
+        module.exit_json(**{**result, "changed": result["changed"] or bool(pruned), "pruned": pruned})
     except StageError as exc:
         module.fail_json(msg=str(exc), **exc.details)
 
