@@ -144,7 +144,7 @@ sanity-newcore:
 # iproute2 and openssh-server; the server is installed here from apt when missing (quiet, each
 # apt step bounded by FLEET_APT_TIMEOUT, its output shown only on failure; an image's
 # policy-rc.d, as here, keeps the package from starting a system sshd). Not part of `make test`
-# (it is .ci/run's own step, FLEET_TESTS=tests/fleet/test_fleet_rollout.py: the six scenarios;
+# (it is .ci/run's own step, FLEET_TESTS="tests/fleet/test_fleet_rollout.py tests/fleet/test_fleet_staging.py": the six rollout scenarios and the two of model staging;
 # the smoke scenario repeats the first). FLEET_TESTS: what pytest runs; FLEET_ARGS go to pytest, e.g. FLEET_ARGS="-k smoke --fleet-servers 4".
 FLEET_APT_TIMEOUT ?= 600
 FLEET_ARGS ?=

@@ -89,12 +89,13 @@ class Logged:
     method: str
     path: str
     headers: dict[str, str]
+    client: str = ""  # the address the request came from (which host of a fleet asked)
 
 
 class HubServer:
     """The hub (API + resolve) and its CDN (LFS bytes), each a threaded HTTP server on loopback."""
 
-    def __init__(self, repos: list[Repo], token: str | None = None) -> None:
+    def __init__(self, repos: list[Repo], token: str | None = None, host: str = "127.0.0.1") -> None:
         self.repos = {r.name: r for r in repos}
         self.token = token  # when set, the hub answers 401 without it (gated repo)
         self.serve: dict[str, bytes] = {}
@@ -102,18 +103,19 @@ class HubServer:
         self.log: list[Logged] = []
         self._released = threading.Event()
         self._lock = threading.Lock()
-        self.hub = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("hub"))
-        self.cdn = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("cdn"))
+        self.host = host  # a fleet's hosts reach it at their bridge's address
+        self.hub = ThreadingHTTPServer((host, 0), self._handler("hub"))
+        self.cdn = ThreadingHTTPServer((host, 0), self._handler("cdn"))
         self.hub.daemon_threads = self.cdn.daemon_threads = True
         self._threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (self.hub, self.cdn)]
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.hub.server_address[1]}"
+        return f"http://{self.host}:{self.hub.server_address[1]}"
 
     @property
     def cdn_url(self) -> str:
-        return f"http://127.0.0.1:{self.cdn.server_address[1]}"
+        return f"http://{self.host}:{self.cdn.server_address[1]}"
 
     def start(self) -> HubServer:
         for t in self._threads:
@@ -158,7 +160,8 @@ class HubServer:
 
             def _record(self) -> None:
                 with hub._lock:
-                    hub.log.append(Logged(server, self.command, self.path, dict(self.headers.items())))
+                    hub.log.append(Logged(server, self.command, self.path, dict(self.headers.items()),
+                                          self.client_address[0]))
 
             def _send(self, code: int, headers: dict[str, str], body: bytes = b"") -> None:
                 self.send_response(code)

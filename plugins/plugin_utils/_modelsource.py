@@ -9,8 +9,12 @@ A source is one of:
 - ``{repo: org/name, revision: <branch, tag or commit>}`` (revision default ``main``): staged
   from the Hub into ``<cache_dir>/models--org--name/snapshots/<commit>`` on the host;
 - ``{path: /abs/folder}``: a folder already on the host (as ``sglang_model_path``);
-- ``{from_host: <inventory host>, path: /abs/folder}``: copied from a peer (not staged yet by
-  this collection: refused with a message until it is).
+- ``{from_host: <inventory host>, path: /abs/folder}``: copied from that peer to the same path on
+  the host (through the controller, verified at the far end); on the peer itself a plain path.
+
+With ``sglang_model_stage_from: controller`` or ``<seed host>`` a Hub revision is staged once (on
+the controller, or on the seed) and copied to the other hosts: ``transfers`` plans, per host,
+what it receives from where (module ``model_receive`` and ``roles/model/tasks/fanout.yml`` do it).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ class SourceError(ValueError):
     """Bad input: the message names the variable, the value, the rule and the fix."""
 
 
-def _one(role: str, var: str, value: Any, hosts: list[str]) -> dict[str, Any]:
+def _one(role: str, var: str, value: Any, hosts: list[str], host: str = "") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise SourceError(f"{var} must be a mapping ({{repo, revision}}, {{path}} or {{from_host, path}}), "
                           f"got {value!r}")
@@ -56,22 +60,23 @@ def _one(role: str, var: str, value: Any, hosts: list[str]) -> dict[str, Any]:
         if peer not in hosts:
             raise SourceError(f"{var}.from_host={peer!r} is not an inventory host: name a host of the inventory "
                               "that has the folder")
-        raise SourceError(f"{var}: copying from a peer (from_host) is not implemented yet: stage from the Hub "
-                          "(repo, revision) or copy the folder and give its path")
-    return {"role": role, "kind": kind, "path": path.rstrip("/") or "/"}
+        if peer != host:
+            return {"role": role, "kind": "peer", "from_host": peer, "path": path.rstrip("/") or "/"}
+    return {"role": role, "kind": "path", "path": path.rstrip("/") or "/"}
 
 
 def sources(model: Any, draft: Any = None, model_path: str = "", draft_model_path: str = "",
-            hosts: list[str] | None = None) -> list[dict[str, Any]]:
+            hosts: list[str] | None = None, host: str = "") -> list[dict[str, Any]]:
     """The host's sources (model first, then the draft), or SourceError for the first bad one.
-    An empty ``sglang_model`` falls back to ``sglang_model_path`` (a folder, as before)."""
+    An empty ``sglang_model`` falls back to ``sglang_model_path`` (a folder, as before). A
+    ``from_host`` that is ``host`` itself is a plain path."""
     out = []
     for (role, var, path_var), value, path in zip(ROLES, (model, draft), (model_path, draft_model_path), strict=True):
         if value:
             if path:
                 raise SourceError(f"both {var} and {path_var} are set: keep one ({var} stages the model and "
                                   f"sets {path_var} to the staged folder)")
-            out.append(_one(role, var, value, list(hosts or [])))
+            out.append(_one(role, var, value, list(hosts or []), host))
         elif path:
             out.append({"role": role, "kind": "path", "path": str(path)})
     return out
@@ -93,3 +98,89 @@ def pin(host_sources: list[dict[str, Any]], resolved: dict[str, str], cache_dir:
 def paths(pinned: list[dict[str, Any]]) -> dict[str, str]:
     """``{model: folder, draft: folder}`` of the sources there are."""
     return {src["role"]: src["path"] for src in pinned}
+
+
+CONTROLLER = "localhost"
+
+
+def stage_from(value: Any, play_hosts: list[str]) -> str:
+    """``hub``, ``controller`` or a seed host of the play; SourceError otherwise."""
+    if value in ("hub", "controller"):
+        return str(value)
+    if isinstance(value, str) and value in play_hosts:
+        return value
+    raise SourceError(f"sglang_model_stage_from={value!r}: use hub (every host downloads), controller (one download "
+                      "on the controller, copied to the hosts) or a host of this play that stages it from the Hub "
+                      f"and is copied from (the play's hosts: {', '.join(sorted(play_hosts)) or 'none'})")
+
+
+def _relay_dir(controller_cache_dir: str, origin: str, path: str) -> str:
+    return posixpath.join(controller_cache_dir, "copies", origin, path.lstrip("/"))
+
+
+def transfers(pinned: list[dict[str, Any]], host: str, mode: str, play: dict[str, dict[str, Any]],
+              controller_cache_dir: str) -> list[dict[str, Any]]:
+    """What ``host`` receives, one entry per copy: from where (``origin``: the controller as
+    ``localhost``, the seed, or a peer), through which folder of the controller (``relay_dir``:
+    the controller's own staged snapshot, or the copy fetched there from a host), into which
+    folder of the host. ``play`` maps each host of the play to ``{pinned, cache_dir}``.
+
+    - ``mode`` hub: Hub sources are staged by each host (no transfer).
+    - ``controller``: every host receives each Hub revision from the controller's cache.
+    - a seed: every host but the seed receives it from the seed (through the controller).
+    - ``{from_host, path}`` sources, whatever the mode: from that host, to the same path.
+    """
+    mode = stage_from(mode, list(play))
+    own = play.get(host, {}).get("cache_dir", "")
+    if not own:
+        raise SourceError(f"{host}: its sglang_model_cache_dir is not known to the play")
+    out = []
+    for src in pinned:
+        if src["kind"] == "hub":
+            if mode == "hub" or mode == host:
+                continue
+            ref = f"{src['repo']}@{src['commit']}"
+            args = {"repo": src["repo"], "revision": src["commit"]}
+            relay = Layout(controller_cache_dir, src["repo"], src["commit"]).snapshot
+            if mode == "controller":
+                origin, origin_cache = CONTROLLER, controller_cache_dir
+            else:
+                seed = play.get(mode)
+                if seed is None:
+                    raise SourceError(f"sglang_model_stage_from={mode!r} is not a host of this play")
+                if not any(s.get("kind") == "hub" and s.get("repo") == src["repo"] and s.get("commit") == src["commit"]
+                           for s in seed.get("pinned", [])):
+                    raise SourceError(f"{host} stages {ref} but the seed {mode} does not (its sglang_model / "
+                                      "sglang_draft_model differ): give the seed the same model, or stage from hub")
+                origin, origin_cache = mode, seed["cache_dir"]
+            out.append({
+                "id": f"{origin}:{ref}", "role": src["role"], "kind": "hub", "origin": origin,
+                "origin_args": {**args, "cache_dir": origin_cache},
+                "origin_dir": Layout(origin_cache, src["repo"], src["commit"]).snapshot,
+                "relay": origin != CONTROLLER, "relay_args": {**args, "cache_dir": controller_cache_dir},
+                "relay_dir": relay, "dest_args": {**args, "cache_dir": own},
+                "dest_dir": Layout(own, src["repo"], src["commit"]).snapshot})
+        elif src["kind"] == "peer":
+            origin, path = src["from_host"], src["path"]
+            origin_cache = play.get(origin, {}).get("cache_dir") or own
+            relay = _relay_dir(controller_cache_dir, origin, path)
+            out.append({
+                "id": f"{origin}:{path}", "role": src["role"], "kind": "peer", "origin": origin,
+                "origin_args": {"path": path, "cache_dir": origin_cache}, "origin_dir": path,
+                "relay": True, "relay_args": {"path": relay, "cache_dir": controller_cache_dir},
+                "relay_dir": relay, "dest_args": {"path": path, "cache_dir": own}, "dest_dir": path})
+    return out
+
+
+def fetches(relays: list[dict[str, Any]], manifests: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The files the controller fetches from each origin into its relay folder, one per file."""
+    out = []
+    for item in relays:
+        files = manifests.get(item["id"])
+        if not files:
+            raise SourceError(f"no manifest of {item['id']} from {item['origin']}: the origin step did not run")
+        for entry in files:
+            out.append({"id": item["id"], "origin": item["origin"], "path": entry["path"], "size": entry["size"],
+                        "src": posixpath.join(item["origin_dir"], entry["path"]),
+                        "dest": posixpath.join(item["relay_dir"], entry["path"])})
+    return out

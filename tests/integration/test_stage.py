@@ -135,3 +135,36 @@ def test_check_mode_lists_and_checks_room_and_writes_nothing(tmp_path, hub):
     assert run.rc == 0 and run.changed == 1, run.out[-4000:]
     assert not (tmp_path / "models").exists()
     assert not hub.requests("cdn") and not [r for r in hub.log if r.method == "HEAD"]
+
+
+def test_stage_from_controller_stages_once_there_and_copies_verified(tmp_path, hub):
+    """sglang_model_stage_from controller: the controller stages the commit into its own cache dir,
+    the host receives it by copy and verifies it (its own marker); a re-run sends nothing and asks
+    the Hub nothing; a byte flipped on the host is found and sent again, without the Hub."""
+    commit = _commit(hub)
+    ctrl = tmp_path / "controller-models"
+    dep = _inventory(tmp_path, hub, sglang_model={"repo": "llmops-test/tiny-qwen", "revision": commit},
+                     sglang_model_stage_from="controller", sglang_model_controller_cache_dir=str(ctrl),
+                     sglang_hf_controller_token_file=str(tmp_path / "hf_token"))
+    first = _play(dep, "stage.yml")
+    assert first.rc == 0, first.out[-6000:]
+    folder = "models--llmops-test--tiny-qwen"
+    for cache in (ctrl, tmp_path / "models"):
+        assert (cache / folder / "complete" / f"{commit}.json").is_file(), cache
+        for path, data in hub.repos["llmops-test/tiny-qwen"].files.items():
+            assert (cache / folder / "snapshots" / commit / path).read_bytes() == data
+    # every file once from the hub (the controller's staging), none twice
+    downloads = [r.path for r in hub.log if r.method == "GET" and "/resolve/" in r.path or r.server == "cdn"]
+    assert len(downloads) == len(set(downloads)) == len(hub.repos["llmops-test/tiny-qwen"].files), downloads
+    n = len(hub.log)
+    again = _play(dep, "stage.yml")
+    assert again.rc == 0 and again.changed == 0, again.out[-4000:]
+    assert len(hub.log) == n
+    weight = tmp_path / "models" / folder / "snapshots" / commit / "model-00002-of-00003.safetensors"
+    data = bytearray(weight.read_bytes())
+    data[1000] ^= 0xFF
+    weight.write_bytes(bytes(data))
+    fixed = _play(dep, "stage.yml")
+    assert fixed.rc == 0 and fixed.changed > 0, fixed.out[-4000:]
+    assert weight.read_bytes() == hub.repos["llmops-test/tiny-qwen"].files[weight.name]
+    assert len(hub.log) == n
