@@ -1,6 +1,6 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Filters of the tune role: thin shells over plugin_utils/_tune.py (the search's logic)."""
+"""Filters of the tune role: thin shells over plugin_utils/_tune.py (the search) and _tunereport.py (its report)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune, _tunereport
 
 
 def _wrap(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,7 +64,7 @@ def _tune_outcome(results: list[dict[str, Any]], objective: dict[str, Any], info
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
 
-    return _tune.outcome(results, objective, info, extra_args, generated, read)
+    return _tunereport.outcome(results, objective, info, extra_args, generated, read)
 
 
 class FilterModule:
@@ -74,6 +74,6 @@ class FilterModule:
         funcs: dict[str, Callable[..., Any]] = {
             "tune_slo": _tune_slo, "tune_classes": _tune_classes, "tune_candidates": _tune.candidates,
             "tune_candidate_vars": _tune.candidate_vars, "tune_decide": _tune_decide, "tune_result": _tune_result,
-            "tune_outcome": _tune_outcome, "tune_report_files": _tune.report_files,
+            "tune_outcome": _tune_outcome, "tune_report_files": _tunereport.report_files,
         }
         return {name: _wrap(name, func) for name, func in funcs.items()}

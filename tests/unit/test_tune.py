@@ -12,7 +12,7 @@ import json
 import pytest
 import yaml
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune, _tunereport
 
 SEED_MTP_HICACHE = [(1, 61.2), (4, 207.2), (8, 369.7), (16, 384.5), (32, 392.7), (48, 409.0)]
 LEVELS = [1, 4, 8, 16, 32, 48]
@@ -234,7 +234,7 @@ def test_vars_file_has_a_header_and_the_variables_deploy_reads() -> None:
     results = _run(cands, {"mtp_hicache spec=2/3": (SEED_MTP_HICACHE, 9)})
     info = {"class": "rtx", "representative": "n1", "hosts": ["n1", "n2"], "run_id": "r1", "report": "reports/r1/tune.md",
             "levels": LEVELS, "vars_files": ["group_vars/rtx/tuned.yml"]}
-    out = _tune.outcome(results, NO_SLO, info, {"--chunked-prefill-size": 4096}, "2026-12-01T00:00:00Z")
+    out = _tunereport.outcome(results, NO_SLO, info, {"--chunked-prefill-size": 4096}, "2026-12-01T00:00:00Z")
     assert out["failure"] == "" and out["writeback"]["written"] == ["group_vars/rtx/tuned.yml"]
     assert "Written: `group_vars/rtx/tuned.yml` (new); review and commit it" in out["markdown"]
     text = out["vars_text"]
@@ -253,7 +253,7 @@ def test_report_has_every_candidate_the_path_and_the_reasons() -> None:
     results = _run(cands, {"mtp_hicache": (SEED_MTP_HICACHE, 9), "mtp": (mtp_points, 4)})
     info = {"class": "rtx", "representative": "n1", "hosts": ["n1"], "run_id": "r1", "levels": LEVELS,
             "vars_files": ["group_vars/rtx/tuned.yml"]}
-    files = _tune.report_files([_tune.outcome(results, NO_SLO, info)])
+    files = _tunereport.report_files([_tunereport.outcome(results, NO_SLO, info)])
     md = files["tune.md"]
     assert "| 1 | **mtp_hicache** | swept | 9 | 61.2 | 550.8 | 409.0 @C=48 | C=8 | 409.0 | +0.0% | winner |" in md
     assert "| 2 | mtp | pruned | 4 | 68.0 | 272.0 | - | - | - | - | pruned by bound: at most 272.0 tok/s" in md
@@ -315,7 +315,7 @@ def test_no_winner_outcome_has_the_failure_message_and_tune_md_never_claims_a_wr
                             _tune.decide(r["sweep"], LEVELS, objective, None)) for r in results]
     info = {"class": "rtx", "representative": "n1", "hosts": ["n1"], "run_id": "r2", "levels": LEVELS,
             "vars_files": ["host_vars/n1/tuned.yml"], "vars_moves": [MOVE]}
-    out = _tune.outcome(results, objective, info, read={"host_vars/n1/tuned.yml": OLD}.get)
+    out = _tunereport.outcome(results, objective, info, read={"host_vars/n1/tuned.yml": OLD}.get)
     assert out["fact"] is None and out["vars_text"] is None
     assert out["failure"].startswith("tune.yml found no winner for class rtx on n1: no candidate met the SLO. "
                                      "mtp_hicache: pruned: SLO violated already at its lowest level (C=1 TTFT p99 80 ms")
@@ -394,5 +394,5 @@ def test_capacity_winner_fact_and_report_say_requests_per_second_and_instances_n
     fact = _tune.tuned_fact(choice, "h200", "host1", "run1", objective)
     assert (fact["score"], fact["score_unit"], fact["score_tok_s"], fact["instances_needed"], fact["scored_by"]) == \
         (2.5, "req/s", 800.0, 4, "capacity")
-    md = _tune.render_markdown([a, b], choice, {"class": "h200", "slo": objective})
+    md = _tunereport.render_markdown([a, b], choice, {"class": "h200", "slo": objective})
     assert "Score: req/s per instance within the SLO." in md and "| score req/s |" in md and "| 2.50 |" in md
