@@ -50,7 +50,30 @@ def scrape(url: str, path: str) -> None:
         f.write(text)
 
 
+def without_hf_datasets() -> None:
+    """Lets `sglang.benchmark.serving` import where Hugging Face `datasets` is not installed.
+
+    Its dataset package imports `from datasets import load_dataset` at module level for MMMU
+    alone (longbench_v2 imports it when used); random-ids and generated-shared-prefix never call
+    it. The device image has no `datasets` (the first run stopped there: No module named
+    'datasets'), and carrying it means carrying its own pins (multiprocess, fsspec). When the
+    real package is missing, a module whose load_dataset refuses with that reason stands in."""
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        import types
+
+        def load_dataset(*_args: object, **_kwargs: object) -> None:
+            raise RuntimeError("Hugging Face datasets is not installed here: only bench_serving's "
+                               "mmmu and longbench_v2 datasets need it")
+
+        shim = types.ModuleType("datasets")
+        shim.load_dataset = load_dataset  # type: ignore[attr-defined]
+        sys.modules["datasets"] = shim
+
+
 def run(url: str, model: str, outdir: str, tag: str, extra: list[str]) -> None:
+    without_hf_datasets()
     from sglang.benchmark import serving
 
     argv = ["bench_serving", "--backend", "sglang-oai", "--base-url", url, "--model", model,

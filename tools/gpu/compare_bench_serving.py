@@ -7,8 +7,9 @@ Reads the bench reports the steps benchrate and benchprefix wrote (report-h200-r
 report-h200-prefix/: each instance's `{"meta", "sweep"}` JSON), bench_serving's own lines
 (sgbench/bench_serving.jsonl, steps sgrate and sgprefix) and the server's /metrics before and
 after each run, and prints Markdown tables: per rate, offered vs achieved request rate, req/s,
-output tok/s, TTFT and ITL p50/p99, goodput, the server's prompt tokens per request and cache hit
-rate, one row per client (the sweep's prompt tokens per request: over its whole step, below each
+output tok/s, TTFT and ITL p50/p99, TPOT p50, the server's own TTFT mean (its histogram's
+sum / count over the run), goodput, the server's prompt tokens per request and cache hit rate, one
+row per client (the sweep's prompt tokens per request: over its whole step, below each
 table; bench_serving's: per run, its warm-up request included). Nothing is computed that the files do not hold: a missing value is `-`.
 """
 
@@ -84,6 +85,7 @@ def ours(report_dir: str) -> list[dict[str, Any]]:
                 "ok": p.get("ok"), "req_s": p.get("req_s"), "tok_s": p.get("output_tok_s"),
                 "ttft50": (p.get("ttft_ms") or {}).get("p50"), "ttft99": (p.get("ttft_ms") or {}).get("p99"),
                 "itl50": (p.get("itl_ms") or {}).get("p50"), "itl99": (p.get("itl_ms") or {}).get("p99"),
+                "tpot50": (p.get("tpot_ms") or {}).get("p50"), "srv_ttft": (p.get("server") or {}).get("ttft_ms_mean"),
                 "good_req": p.get("goodput_req_s"), "good_tok": p.get("goodput_tok_s"), "slo_met": p.get("slo_met"),
                 "prompt": fmt(prompt_per, 0),
                 "hit": fmt(100 * sm["cache_hit_rate"], 1) + "%" if sm.get("cache_hit_rate") is not None else "-",
@@ -107,11 +109,16 @@ def theirs(work: str) -> dict[str, dict[str, Any]]:
                   os.path.join(work, "sgbench", f"metrics_sg-{tag}_after.txt"))
         # the /metrics delta includes bench_serving's warm-up request (one)
         prompt, hit = server_cols(d)
+        n_ttft = d.get("sglang:time_to_first_token_seconds_count", 0.0)
+        srv_ttft = 1000 * d["sglang:time_to_first_token_seconds_sum"] / n_ttft if n_ttft > 0 else None
+        chunks = sum(len(x) + 1 for x in r.get("itls") or [])
+        tok_per_chunk = sum(r.get("output_lens") or []) / chunks if chunks else None
         out[tag] = {
             "rate": r.get("request_rate"), "achieved": None, "n": len(r.get("input_lens") or []) or None,
             "ok": r.get("completed"), "req_s": r.get("request_throughput"), "tok_s": r.get("output_throughput"),
             "ttft50": r.get("median_ttft_ms"), "ttft99": r.get("p99_ttft_ms"),
-            "itl50": r.get("median_itl_ms"), "itl99": r.get("p99_itl_ms"),
+            "itl50": r.get("median_itl_ms"), "itl99": r.get("p99_itl_ms"), "tpot50": r.get("median_tpot_ms"),
+            "srv_ttft": srv_ttft, "tok_per_chunk": tok_per_chunk,
             "good_req": None, "good_tok": None, "slo_met": None, "prompt": prompt, "hit": hit,
             "duration": r.get("duration"),
         }
@@ -119,15 +126,15 @@ def theirs(work: str) -> dict[str, dict[str, Any]]:
 
 
 HEAD = ("| client | offered req/s | achieved req/s | requests (ok) | req/s | output tok/s | TTFT p50 ms | "
-        "TTFT p99 ms | ITL p50 ms | ITL p99 ms | goodput req/s | goodput tok/s | SLO met | prompt tok/req | "
-        "cache hit | duration s |\n" + "|---" * 16 + "|")
+        "TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT p50 ms | server TTFT mean ms | goodput req/s | "
+        "goodput tok/s | SLO met | prompt tok/req | cache hit | duration s |\n" + "|---" * 18 + "|")
 
 
 def row(who: str, r: dict[str, Any]) -> str:
     n = f"{r['n'] if r['n'] is not None else '-'} ({r['ok'] if r['ok'] is not None else '-'})"
     return (f"| {who} | {fmt(r['rate'], 0)} | {fmt(r['achieved'], 2)} | {n} | {fmt(r['req_s'], 2)} | "
             f"{fmt(r['tok_s'])} | {fmt(r['ttft50'])} | {fmt(r['ttft99'])} | {fmt(r['itl50'], 2)} | "
-            f"{fmt(r['itl99'], 2)} | {fmt(r['good_req'], 2)} | {fmt(r['good_tok'])} | {fmt(r['slo_met'])} | "
+            f"{fmt(r['itl99'], 2)} | {fmt(r['tpot50'], 2)} | {fmt(r['srv_ttft'])} | {fmt(r['good_req'], 2)} | {fmt(r['good_tok'])} | {fmt(r['slo_met'])} | "
             f"{r['prompt']} | {r['hit']} | {fmt(r['duration'], 2)} |")
 
 
@@ -143,6 +150,10 @@ def main() -> None:
             tag = tags[0] if tags else f"rate-{r['rate']:g}" if r["rate"] is not None else None
             if tag in sg:
                 print(row("bench_serving", sg[tag]))
+        per_chunk = [f"{t} {fmt(v['tok_per_chunk'], 2)}" for t, v in sg.items()
+                     if v.get("tok_per_chunk") and (t == "prefix") == bool(tags)]
+        if per_chunk:
+            print(f"\nTokens per streamed chunk (bench_serving's output_lens / chunks): {', '.join(per_chunk)}.")
         for port in ("30000", "30100"):
             d = delta(os.path.join(work, f"metrics_{report[7:]}_before_{port}.txt"),
                       os.path.join(work, f"metrics_{report[7:]}_after_{port}.txt"))

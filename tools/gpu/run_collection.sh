@@ -16,8 +16,8 @@
 #           bench     bench.yml (run id h200-real); bench2 runs it again (run id h200-warm),
 #                     bench3 .. bench9 again (h200-warm3 ..)
 #           benchrate bench.yml in open-loop rate mode (run id h200-rate): RATES req/s, Poisson, seed
-#                     42, LEVEL_S seconds of arrivals each, random prompts of IN_LEN tokens (the
-#                     sweep's random text, 4 characters a token) and OUT_LEN output tokens, SLO $SLO,
+#                     42, LEVEL_S seconds of arrivals each, random prompts of SWEEP_IN_LEN words
+#                     (the sweep's random text) and OUT_LEN output tokens, SLO $SLO,
 #                     cache flushed before each level (request i is the same text at every level)
 #           benchprefix  bench.yml (run id h200-prefix), one rate level at GSP_RATE req/s of a
 #                     shared_prefix workload GSP="groups per-group prefix-len suffix-len output-len",
@@ -34,7 +34,11 @@
 #   playbook, e.g. {"sglang_hicache_size_gb": 8}), BENCHVARS (JSON extra vars for bench.yml only,
 #   e.g. {"sglang_bench_requests": 64}; given after the step's own vars, so it wins)
 #   RATES ("2 4 8 16"), LEVEL_S (10), IN_LEN (256), OUT_LEN (256), SLO ('{"ttft_p99_ms": 200,
-#   "itl_p50_ms": 20}'), GSP ("16 8 1024 64 128"), GSP_RATE (8): the shapes both clients are given
+#   "itl_p50_ms": 20}'), GSP ("16 8 1024 64 128"), GSP_RATE (8): the shapes both clients are given;
+#   SWEEP_IN_LEN (IN_LEN) and SWEEP_GSP ("prefix-len suffix-len", GSP's): the sweep's own lengths,
+#   which count its generated 4-character words, not the model's tokens (bench_serving counts
+#   token ids): with ../shared/gpu/real-sglang's 8000-token tokenizer a word is about 2.45 tokens,
+#   so SWEEP_IN_LEN=104 SWEEP_GSP="418 26" give the prompts 256 and 1024 + 64 tokens
 set -u
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -44,6 +48,7 @@ STEPS=${STEPS:-"facts plan deploy status bench redeploy stop"}
 RATES=${RATES:-"2 4 8 16"}; LEVEL_S=${LEVEL_S:-10}; IN_LEN=${IN_LEN:-256}; OUT_LEN=${OUT_LEN:-256}
 SLO=${SLO:-'{"ttft_p99_ms": 200, "itl_p50_ms": 20}'}; GSP=${GSP:-"16 8 1024 64 128"}; GSP_RATE=${GSP_RATE:-8}
 read -r G_GROUPS G_PER G_PREFIX G_SUFFIX G_OUT <<< "$GSP"
+SWEEP_IN_LEN=${SWEEP_IN_LEN:-$IN_LEN}; read -r S_PREFIX S_SUFFIX <<< "${SWEEP_GSP:-$G_PREFIX $G_SUFFIX}"
 HERE=$(cd "$(dirname "$0")" && pwd)
 LIM=(); [ -n "${LIMIT:-}" ] && LIM=(--limit "$LIMIT")
 T0=$(date +%s); END=$(( T0 + ${BUDGET:-560} ))
@@ -167,10 +172,10 @@ PY
     done;;
   benchrate)
     benchplay h200-rate "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_level_duration_s": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "random", "input_len": %s, "output_len": %s}, "sglang_bench_slo": %s}' \
-      "$(echo $RATES | tr ' ' ,)" "$LEVEL_S" "$OUT_LEN" "$IN_LEN" "$OUT_LEN" "$SLO")";;
+      "$(echo $RATES | tr ' ' ,)" "$LEVEL_S" "$OUT_LEN" "$SWEEP_IN_LEN" "$OUT_LEN" "$SLO")";;
   benchprefix)
     benchplay h200-prefix "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_requests": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "shared_prefix", "groups": %s, "prompts_per_group": %s, "prefix_len": %s, "suffix_len": %s, "output_len": %s, "order": "shuffled"}}' \
-      "$GSP_RATE" "$(( G_GROUPS * G_PER ))" "$G_OUT" "$G_GROUPS" "$G_PER" "$G_PREFIX" "$G_SUFFIX" "$G_OUT")";;
+      "$GSP_RATE" "$(( G_GROUPS * G_PER ))" "$G_OUT" "$G_GROUPS" "$G_PER" "$S_PREFIX" "$S_SUFFIX" "$G_OUT")";;
   sgrate)
     step "bench_serving at the same rates"
     # shellcheck disable=SC2086
