@@ -7,7 +7,7 @@
 #   .gpu/models.tar.xz  .realsg/models (two config.json + tokenizer folders: 1.07 MB -> 69 KB)
 #   .gpu/site312.tar.xz  .realsg/site312.tar.xz without type stubs (*.pyi), the test folders of
 #        the third-party packages and their Markdown files (63.47 -> 63.11 MB), and without four
-#        binaries a dense server + bench_serving never load (-> about 54 MB; the checkout had grown
+#        binaries a dense server + bench_serving never load (-> 55.93 MB; the checkout had grown
 #        to 4.2 MiB, and tree + site + ansible no longer fitted one call's 64 MiB):
 #          sglang/srt/server/_core*.so  the Rust front end, imported only with SGLANG_RUST_SERVER
 #                                       (managers/rust_server.py; 13 MB, 4.2 MB compressed)
