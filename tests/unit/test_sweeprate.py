@@ -29,6 +29,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.repeats impor
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.search import Bisection
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.slo import evaluate_slo, parse_slo
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import parse_workload
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -238,6 +239,59 @@ def test_requests_beyond_the_cap_wait_for_a_slot() -> None:
     assert len(run.run.traces) == 5 and run.queued == {2, 3, 4} and run.unsent == 0
     fields = rate_fields(run)
     assert fields["queued_requests"] == 3 and fields["max_inflight"] == 2 and fields["offered_rate"] == 100.0
+
+
+class _RecordingClient:
+    """Answers at once with the reply "ok", recording what each request asked."""
+
+    def __init__(self, workload: Any) -> None:
+        self.workload = workload
+        self.sent: list[tuple[int, str, int | None]] = []
+
+    async def send(self, trace: Trace, prompt: str, max_tokens: int | None = None, keep_text: bool = False) -> str:
+        self.sent.append((trace.index, prompt, max_tokens))
+        trace.start = trace.end = 0.0
+        trace.ok = True
+        return "ok"
+
+
+def _rate_run(workload: Any, arrivals: int) -> tuple[_RecordingClient, Any]:
+    async def go() -> Any:
+        client = _RecordingClient(workload)
+        loop = asyncio.get_running_loop()
+        run = await run_rate_level(client, 0, 100.0, [0.0] * arrivals, 8, loop.time() + 30, ["builtin"],
+                                   now=loop.time)
+        return client, run
+
+    return asyncio.run(go())
+
+
+def test_rate_levels_send_the_workloads_requests() -> None:
+    """Found on a real H200 (SGLang 0.5.17): rate levels sent the built-in prompts whatever the
+    workload, so a shared_prefix rate run hit the cache with 8 repeated prompts instead."""
+    wl = parse_workload({"kind": "shared_prefix", "groups": 2, "prompts_per_group": 3, "prefix_len": 16,
+                         "suffix_len": 4, "output_len": 5}, 7, ["builtin"])
+    client, run = _rate_run(wl, 6)
+    assert sorted(client.sent) == [(i, wl.request(i).prompt, 5) for i in range(6)]
+    assert len(run.run.traces) == 6
+    prefixes = {wl.prefix(0), wl.prefix(1)}
+    assert all(any(p.startswith(x) for x in prefixes) for _, p, _ in client.sent)
+    rnd = parse_workload({"kind": "random", "input_len": 32, "output_len": 3}, 7, ["builtin"])
+    client, _ = _rate_run(rnd, 3)
+    assert sorted(client.sent) == [(i, rnd.request(i).prompt, 3) for i in range(3)]
+    assert all(len(p) == 32 * 4 for _, p, _ in client.sent)
+
+
+def test_rate_level_arrivals_of_a_multi_turn_workload_are_conversations() -> None:
+    wl = parse_workload({"kind": "multi_turn", "conversations": 2, "turns": 3, "input_len": 4, "output_len": 2},
+                        7, ["builtin"])
+    client, run = _rate_run(wl, 2)
+    assert len(run.run.traces) == 6 and len(client.sent) == 6
+    for conv in (0, 1):
+        turns = [p for i, p, _ in client.sent if i == conv]
+        first = wl.conversation(conv)[0].prompt
+        assert all(first in p for p in turns) and "ok" in turns[2]
+    assert not any("builtin" in p for _, p, _ in client.sent)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,13 +6,29 @@
 #        with small bin/ wrappers (ansible, ansible-playbook, ...) for any python3 >= 3.11
 #   .gpu/models.tar.xz  .realsg/models (two config.json + tokenizer folders: 1.07 MB -> 69 KB)
 #   .gpu/site312.tar.xz  .realsg/site312.tar.xz without type stubs (*.pyi), the test folders of
-#        the third-party packages and their Markdown files (63.47 -> 63.11 MB): the checkout grew
-#        (tests/fixtures), and tree + site + ansible must stay under one call's 64 MiB
+#        the third-party packages and their Markdown files (63.47 -> 63.11 MB), and without four
+#        binaries a dense server + bench_serving never load (-> 55.93 MB; the checkout had grown
+#        to 4.2 MiB, and tree + site + ansible no longer fitted one call's 64 MiB):
+#          sglang/srt/server/_core*.so  the Rust front end, imported only with SGLANG_RUST_SERVER
+#                                       (managers/rust_server.py; 13 MB, 4.2 MB compressed)
+#          sglang/srt/grpc/_core*.so    the native gRPC server, imported only with --grpc-port
+#                                       (entrypoints/http_server.py says so when it is missing)
+#          zstandard/_cffi*.so          zstandard's CFFI backend: on CPython its __init__ imports
+#                                       backend_c only (the C extension stays)
+#          deep_gemm/include            CUDA headers for DeepGEMM's JIT, read only when it compiles
+#                                       an FP8 kernel; no module of sglang/srt imports deep_gemm at
+#                                       module level, and the bf16 models here never call it
+#        Each was checked by reading the importers in sglang/ (grep -rn "import <name>"): keep that
+#        check when adding one, since a call that fails at import costs minutes of device time.
 # usage, from the checkout root, after `bash ../shared/gpu/real-sglang/build.sh`:
 #   bash tools/gpu/pack.sh
+# SITE_DIR=/path/to/unpacked/site: trim and pack that folder (build.sh's unpacked site, untouched:
+#   a copy is trimmed) instead of unpacking .realsg/site312.tar.xz: one xz -9 round instead of two
+#   on a slow machine (each takes minutes there).
 set -eu
 ROOT=$(pwd)
-[ -f .realsg/site312.tar.xz ] && [ -d .realsg/models ] || { echo "run ../shared/gpu/real-sglang/build.sh first"; exit 1; }
+SITE_DIR=${SITE_DIR:-}
+{ [ -f .realsg/site312.tar.xz ] || [ -d "$SITE_DIR/sglang" ]; } && [ -d .realsg/models ] || { echo "run ../shared/gpu/real-sglang/build.sh first"; exit 1; }
 mkdir -p .git/info .gpu
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
@@ -28,11 +44,12 @@ for c in ansible:adhoc ansible-playbook:playbook ansible-doc:doc ansible-invento
 done
 tar -C "$W/ans" -cf - . | xz -9 > .gpu/ansible-core-2.19.14-noarch.tar.xz
 tar -C .realsg -cf - models | xz -9 > .gpu/models.tar.xz
-if [ ! -f .gpu/site312.tar.xz ] || [ .realsg/site312.tar.xz -nt .gpu/site312.tar.xz ]; then
-  mkdir "$W/site" && xz -dc .realsg/site312.tar.xz | tar -C "$W/site" -xf -
+if [ -n "$SITE_DIR" ] || [ ! -f .gpu/site312.tar.xz ] || [ .realsg/site312.tar.xz -nt .gpu/site312.tar.xz ]; then
+  if [ -n "$SITE_DIR" ]; then cp -a "$SITE_DIR" "$W/site"; else mkdir "$W/site" && xz -dc .realsg/site312.tar.xz | tar -C "$W/site" -xf -; fi
   find "$W/site" -name '*.pyi' -delete
   find "$W/site" -mindepth 2 -type d \( -name tests -o -name test \) -not -path "$W/site/sglang/*" -prune -exec rm -rf {} +
   find "$W/site" -name '*.md' -not -path '*dist-info*' -delete
+  rm -rf "$W"/site/sglang/srt/server/_core.*.so "$W"/site/sglang/srt/grpc/_core.*.so "$W"/site/zstandard/_cffi.*.so "$W/site/deep_gemm/include"
   tar -C "$W/site" -cf - . | xz -T2 -9 > .gpu/site312.tar.xz
 fi
 ls -la .gpu

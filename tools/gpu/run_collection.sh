@@ -15,17 +15,41 @@
 #           prewarm   one sampled completion per instance (the first one stalls ~100 s when cold)
 #           bench     bench.yml (run id h200-real); bench2 runs it again (run id h200-warm),
 #                     bench3 .. bench9 again (h200-warm3 ..)
+#           benchrate bench.yml in open-loop rate mode (run id h200-rate): RATES req/s, Poisson, seed
+#                     42, LEVEL_S seconds of arrivals each, random prompts of SWEEP_IN_LEN words
+#                     (the sweep's random text) and OUT_LEN output tokens, SLO $SLO,
+#                     cache flushed before each level (request i is the same text at every level)
+#           benchprefix  bench.yml (run id h200-prefix), one rate level at GSP_RATE req/s of a
+#                     shared_prefix workload GSP="groups per-group prefix-len suffix-len output-len",
+#                     groups x per-group requests, cache flushed before the level
+#           sgrate    SGLang's own bench_serving (tools/gpu/bench_serving_side.py, the release's
+#                     client) at the same RATES, LEVEL_S x rate requests each, random-ids prompts of
+#                     IN_LEN tokens, OUT_LEN output tokens, --flush-cache
+#           sgprefix  bench_serving's generated-shared-prefix with the GSP shape at GSP_RATE
+#                     (--flush-cache); every bench and bench_serving run keeps the instances'
+#                     /metrics before and after it (work/metrics_*_before/after_PORT.txt)
 #           stop      stop.yml, then anything left is killed by process group
 #   PROFILE (mtp_hicache), INV (inventories/gpu), LIMIT (ansible --limit, e.g. h200-hybrid on a
 #   one-GPU machine), BUDGET (seconds for the whole script, 560), XVARS (JSON extra vars for every
 #   playbook, e.g. {"sglang_hicache_size_gb": 8}), BENCHVARS (JSON extra vars for bench.yml only,
-#   e.g. {"sglang_bench_requests": 64})
+#   e.g. {"sglang_bench_requests": 64}; given after the step's own vars, so it wins)
+#   RATES ("2 4 8 16"), LEVEL_S (10), IN_LEN (256), OUT_LEN (256), SLO ('{"ttft_p99_ms": 200,
+#   "itl_p50_ms": 20}'), GSP ("16 8 1024 64 128"), GSP_RATE (8): the shapes both clients are given;
+#   SWEEP_IN_LEN (IN_LEN) and SWEEP_GSP ("prefix-len suffix-len", GSP's): the sweep's own lengths,
+#   which count its generated 4-character words, not the model's tokens (bench_serving counts
+#   token ids): with ../shared/gpu/real-sglang's 8000-token tokenizer a word is about 2.45 tokens,
+#   so SWEEP_IN_LEN=104 SWEEP_GSP="418 26" give the prompts 256 and 1024 + 64 tokens
 set -u
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT=$(pwd); W=$OUT/work; mkdir -p "$W"
 PROFILE=${PROFILE:-mtp_hicache}; INV=${INV:-inventories/gpu}; XVARS=${XVARS:-"{}"}; BENCHVARS=${BENCHVARS:-"{}"}
 STEPS=${STEPS:-"facts plan deploy status bench redeploy stop"}
+RATES=${RATES:-"2 4 8 16"}; LEVEL_S=${LEVEL_S:-10}; IN_LEN=${IN_LEN:-256}; OUT_LEN=${OUT_LEN:-256}
+SLO=${SLO:-'{"ttft_p99_ms": 200, "itl_p50_ms": 20}'}; GSP=${GSP:-"16 8 1024 64 128"}; GSP_RATE=${GSP_RATE:-8}
+read -r G_GROUPS G_PER G_PREFIX G_SUFFIX G_OUT <<< "$GSP"
+SWEEP_IN_LEN=${SWEEP_IN_LEN:-$IN_LEN}; read -r S_PREFIX S_SUFFIX <<< "${SWEEP_GSP:-$G_PREFIX $G_SUFFIX}"
+HERE=$(cd "$(dirname "$0")" && pwd)
 LIM=(); [ -n "${LIMIT:-}" ] && LIM=(--limit "$LIMIT")
 T0=$(date +%s); END=$(( T0 + ${BUDGET:-560} ))
 step() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
@@ -62,6 +86,26 @@ ansible-playbook --version | head -1
   done ) > "$W/timeline.txt" 2>&1 &
 SAMPLER=$!
 PYI=$(command -v python3)
+
+scrape() {  # $1: a name; each instance's /metrics -> $W/metrics_<name>_<port>.txt
+  for p in 30000 30100; do curl -s -m 10 "http://127.0.0.1:$p/metrics" > "$W/metrics_$1_$p.txt" 2>/dev/null; done
+}
+benchplay() {  # $1: run id, $2: the step's extra vars (JSON)
+  local id=$1
+  step "bench $id (hosts one after another: -f 1)"
+  scrape "${id}_before"
+  play "$(tmo 300)" playbooks/bench.yml -f 1 -e sglang_bench_run_id="$id" -e "$2" -e "$BENCHVARS" \
+    -e sglang_bench_title="SGLang 0.5.17 on NVIDIA H200 (real, random weights), $id"; echo "bench $id rc=$?"
+  scrape "${id}_after"
+  cp reports/gpu/"$id"/summary.md "$OUT/summary-$id.md" 2>/dev/null
+}
+sgbench() {  # bench_serving_side.py's arguments after the output folder
+  local manifest
+  manifest=${SGB_MANIFEST:-$(ls /tmp/sglang-run/*/deployment.json 2>/dev/null | head -1)}
+  [ -n "$manifest" ] || { echo "bench_serving: no deployment.json"; return; }
+  PYTHONPATH=/tmp/site timeout "$(tmo 300)" python3 "$HERE/bench_serving_side.py" "$manifest" "$W/sgbench" "$@"
+  echo "bench_serving $1 rc=$?"
+}
 
 host_facts() {  # $1: name, then module args
   local name=$1; shift
@@ -126,6 +170,20 @@ PY
     for p in 30000 30100; do
       { curl -s "http://127.0.0.1:$p/metrics"; echo "### server_info"; curl -s "http://127.0.0.1:$p/server_info"; } > "$W/metrics_${id}_$p.txt" 2>&1
     done;;
+  benchrate)
+    benchplay h200-rate "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_level_duration_s": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "random", "input_len": %s, "output_len": %s}, "sglang_bench_slo": %s}' \
+      "$(echo $RATES | tr ' ' ,)" "$LEVEL_S" "$OUT_LEN" "$SWEEP_IN_LEN" "$OUT_LEN" "$SLO")";;
+  benchprefix)
+    benchplay h200-prefix "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_requests": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "shared_prefix", "groups": %s, "prompts_per_group": %s, "prefix_len": %s, "suffix_len": %s, "output_len": %s, "order": "shuffled"}}' \
+      "$GSP_RATE" "$(( G_GROUPS * G_PER ))" "$G_OUT" "$G_GROUPS" "$G_PER" "$S_PREFIX" "$S_SUFFIX" "$G_OUT")";;
+  sgrate)
+    step "bench_serving at the same rates"
+    # shellcheck disable=SC2086
+    sgbench rate --rates $RATES --seconds "$LEVEL_S" --input-len "$IN_LEN" --output-len "$OUT_LEN";;
+  sgprefix)
+    step "bench_serving generated-shared-prefix"
+    sgbench prefix --rate "$GSP_RATE" --groups "$G_GROUPS" --per-group "$G_PER" --prefix-len "$G_PREFIX" \
+      --suffix-len "$G_SUFFIX" --output-len "$G_OUT";;
   stop)
     step "stop"
     play "$(tmo 120 15)" playbooks/stop.yml; echo "stop rc=$?"
@@ -149,7 +207,7 @@ for d in hybrid dense; do
     for f in server.log launch.sh env; do cp "$i/$f" "$W/$d/$n-$f" 2>/dev/null; done
   done
 done
-for id in h200-real h200-warm; do cp -rL reports/gpu/$id "$W/report-$id" 2>/dev/null; done
+for id in h200-real h200-warm h200-rate h200-prefix; do cp -rL reports/gpu/$id "$W/report-$id" 2>/dev/null; done
 echo "--- server log key lines"
 grep -hE 'max_total_num_tokens|Allocating|Mamba Cache|fired up|Tree cache|deprecat|Error|error' "$W"/*/*-server.log | grep -v server_args= | cut -c1-220 | head -30
 tail -3 "$W/timeline.txt"

@@ -19,7 +19,7 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._stats import summarize
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TIMEOUTS
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.level import Health, LevelRun
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.level import Health, LevelRun, converse
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
 
 
@@ -40,18 +40,31 @@ class RateRun:
 async def run_rate_level(client: Any, level: int, rate: float, offsets: Sequence[float], cap: int,
                          deadline: float, prompts: Sequence[str], now: Any = time.perf_counter) -> RateRun:
     """Send request i at start + ``offsets[i]`` (``rate``: the offered rate, recorded), at most
-    ``cap`` in flight; cut at ``deadline`` (requests in flight are then timeouts)."""
+    ``cap`` in flight; cut at ``deadline`` (requests in flight are then timeouts).
+
+    Request i is the client's workload's request i (its prompt and max_tokens), as in a closed
+    loop level; a conversational workload's arrival i is conversation i, its turns one after the
+    other in its slot (bench_serving's multi-turn arrivals count conversations too). Without a
+    workload on the client, ``prompts`` round-robin."""
     traces: list[Trace] = []
+    workload = getattr(client, "workload", None)
     free = list(range(cap - 1, -1, -1))  # slot ids, used as the traces' worker ids
     slot_freed = asyncio.Event()
     t_start = now()
     result = RateRun(LevelRun(level, cap, traces, False, Health(), t_start, t_start), rate, cap)
 
     async def one(index: int, slot: int) -> None:
-        trace = Trace(level=level, concurrency=cap, index=index, worker=slot)
-        traces.append(trace)
         try:
-            await client.send(trace, prompts[index % len(prompts)])
+            if workload is not None and workload.conversational:
+                await converse(client, workload, level, cap, index, slot, traces)
+                return
+            trace = Trace(level=level, concurrency=cap, index=index, worker=slot)
+            traces.append(trace)
+            if workload is not None:
+                request = workload.request(index)
+                await client.send(trace, request.prompt, request.max_tokens)
+            else:
+                await client.send(trace, prompts[index % len(prompts)])
         finally:
             free.append(slot)
             slot_freed.set()
