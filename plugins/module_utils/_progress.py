@@ -41,6 +41,7 @@ def record(point: dict[str, Any], labels: dict[str, Any] | None, time_scale: Any
     return {
         **{key: labels.get(key) for key in LABELS},
         "concurrency": point.get("concurrency"),
+        "offered_rate": point.get("offered_rate"),  # rate mode: the level is this rate (req/s)
         "output_tok_s": tok_s,
         "ttft_ms_p50": ttft,
         "requests": point.get("requests"),
@@ -83,7 +84,9 @@ def describe(rec: dict[str, Any]) -> str:
     base = TIME_BASES.get(str(rec.get("time_base")))
     if base:
         where += f" [{base}]"
-    text = (f"{where} C={rec.get('concurrency')}: {num(rec.get('output_tok_s'), ' tok/s')}, "
+    rate = rec.get("offered_rate")
+    level = f"{rate:g} req/s" if isinstance(rate, (int, float)) else f"C={rec.get('concurrency')}"
+    text = (f"{where} {level}: {num(rec.get('output_tok_s'), ' tok/s')}, "
             f"TTFT p50 {num(rec.get('ttft_ms_p50'), ' ms')}, {rec.get('errors') or 0} errors, {rec.get('status')}")
     server = [f"{label} {rec[key]:g}" for label, key in (
         ("running max", "running_max"), ("queued max", "queued_max"), ("accept length", "spec_accept_length"))

@@ -228,14 +228,17 @@ def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_leve
     level as it lands, and the report has the server's own view of every level."""
     import threading
 
-    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.05)
+    # Levels of 10-20 wall seconds each (32 requests of 256 tokens at time scale 0.25; the
+    # engine's sleeps set them, so a busy machine does not shorten them): longer than one look of
+    # sweep_wait (two module runs) even on a loaded machine. At time scale 0.05 (2-4 s levels)
+    # all three levels landed between two looks in a .ci/run beside other jobs (load average
+    # 7-15 on 2 cores), and the file went from 0 to 3 lines at once.
+    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.25)
     reports = tmp_path / "reports"
     progress = reports / "watch" / "progress.jsonl"
     proc = None
     try:
         assert dep.play("deploy.yml", profile="mtp").rc == 0
-        # levels of a few wall seconds each (32 requests of 256 tokens at time scale 0.05): longer
-        # than one look of sweep_wait (two module runs) on a busy machine
         proc = dep.start("bench.yml", sglang_bench_concurrency=[1, 2, 4], sglang_bench_max_tokens=256,
                          sglang_bench_requests=32, sglang_bench_run_id="watch", sglang_bench_progress_poll=0.2,
                          sglang_bench_reports_dir=str(reports))
@@ -243,7 +246,7 @@ def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_leve
         reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
         reader.start()
         counts: list[int] = []
-        deadline = time.monotonic() + 240.0
+        deadline = time.monotonic() + 480.0
         while proc.poll() is None and time.monotonic() < deadline:  # bounded: one look per 0.1 s
             counts.append(len(progress.read_text().splitlines()) if progress.exists() else 0)
             time.sleep(0.1)

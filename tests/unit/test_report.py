@@ -519,3 +519,28 @@ def test_a_failed_level_that_drifted_is_marked_failed_not_drifting(results: list
     md, _ = _report.render_markdown([{"meta": results[1]["meta"], "sweep": sweep}])
     assert "| 48! |" in md and "| 48!~ |" not in md
     assert "C=48 (x0.75)" not in md
+
+
+def test_rate_levels_are_named_by_their_rate_not_their_in_flight_cap() -> None:
+    """A rate-mode level's `concurrency` is only its in-flight cap (4096 by default): tables,
+    findings and the progress line name it by its offered rate."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+    from ansible_collections.llmops.sglang.plugins.module_utils._report.tables import render_findings
+
+    def point(rate: float, tok_s: float, status: str = "ok") -> dict[str, Any]:
+        return {"concurrency": 4096, "offered_rate": rate, "requests": 20, "ok": 20 if status == "ok" else 10,
+                "status": status, "errors": {"total": 0 if status == "ok" else 10}, "output_tok_s": tok_s,
+                "duration_s": 10.0, "avg_output_tokens": 256}
+
+    sweep = {"mode": "rate", "points": [point(2.0, 436.3), point(8.0, 1658.3), point(16.0, 900.0, "errors")],
+             "peak": {"concurrency": 4096, "offered_rate": 8.0, "output_tok_s": 1658.3}}
+    table = render_table(sweep).splitlines()
+    assert table[0].startswith("| level | n | ok |")
+    assert [line.split("|")[1].strip() for line in table[2:]] == ["2 req/s", "8 req/s", "16 req/s!"]
+    findings = render_findings(sweep)
+    assert "Peak: 1658.3 tok/s at 8 req/s" in findings
+    assert "left out of peak and knee): 16 req/s" in findings and "4096" not in findings
+    line = _progress.describe(_progress.record(point(8.0, 1658.3), {"host": "h", "instance": "gpu0"}))
+    assert line.startswith("h gpu0 [wall time] 8 req/s: 1658.3 tok/s") and "4096" not in line
+    closed = _progress.describe(_progress.record({"concurrency": 8, "output_tok_s": 10.0}, {"host": "h"}))
+    assert " C=8: 10 tok/s" in closed

@@ -343,13 +343,17 @@ def test_slo_search_finds_the_servers_capacity(server: str) -> None:
     configure(server, **CFG)
     capacity = CFG["slots"] / (CFG["prefill_s"] + T / CFG["rate"])  # 13.3 requests/s
     facts = sw.run_sweep(sw.SweepOptions(url=server, mode="rate", rates=[4.0], arrival="constant",
-                                         level_duration_s=1.5, max_tokens=T, search=True, search_tolerance=0.1,
-                                         slo={"ttft_p99_ms": 250}, level_warmup=False))
+                                         level_duration_s=3.0, max_tokens=T, search=True, search_tolerance=0.1,
+                                         slo={"ttft_p99_ms": 1000}, level_warmup=False))
     limit = facts["slo_limit"]
     assert limit["unit"] == "req_s" and limit["converged"]
     assert (limit["lowest_fail"] - limit["highest_pass"]) / limit["highest_pass"] <= 0.1
-    # below capacity TTFT is P + 1/R; above it the queue grows through the level: the limit is
-    # at capacity, up to what a 1.5 s level of overload adds (loose: the box may be loaded)
+    # Below capacity TTFT is P + 1/R = 52.5 ms; above it the queue grows through the level, by
+    # (rate / capacity - 1) x 3 s at its end: the ~950 ms above P + 1/R are crossed at about
+    # 1.32 x capacity. The SLO leaves that much room because a loaded machine adds to every
+    # TTFT (at load average 7 on 2 cores, p99 rose by up to ~170 ms below capacity, with
+    # spikes beyond; with an SLO of 250 ms and 1.5 s levels that failed levels at half the
+    # capacity): the bounds hold while the box adds less than ~900 ms at p99.
     assert 0.6 * capacity <= limit["highest_pass"] <= 1.5 * capacity
     assert [p["load"] for p in limit["probes"]][:2] == [4.0, 8.0]
     assert len(facts["points"]) == len(limit["probes"])

@@ -12,7 +12,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.common impor
     MISSING,
     dig,
     fmt,
-    fmt_count,
+    level_cell,
+    level_header,
     md_row,
     points_of,
 )
@@ -55,12 +56,12 @@ def render_cache_table(sweep: dict[str, Any]) -> str | None:
               if p.get("cache_state") or dig(p, "client_cache.requests") or dig(p, "server_metrics.cache_hit_rate")]
     if not points:
         return None
-    lines = [md_row(CACHE_HEADER), md_row(["---"] * len(CACHE_HEADER))]
+    lines = [md_row(level_header(CACHE_HEADER, points)), md_row(["---"] * len(CACHE_HEADER))]
     for point in points:
         server = point.get("server_metrics") or {}
         client = point.get("client_cache") or {}
         lines.append(md_row([
-            fmt_count(point.get("concurrency")),
+            level_cell(point),
             _flag(point.get("cache_state"), "flush"),
             _flag(point.get("cache_state"), "warm"),
             _rate(server.get("cache_hit_rate")),

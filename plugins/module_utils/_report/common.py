@@ -70,6 +70,32 @@ def has_failed(point: dict[str, Any]) -> bool:
     return isinstance(status, str) and status != "ok"
 
 
+def level_name(point: dict[str, Any]) -> str:
+    """A level in words: ``8 req/s`` for an open-loop (rate mode) level, ``C=8`` otherwise (the
+    ``concurrency`` of a rate level is only its in-flight cap)."""
+    rate = num(point.get("offered_rate"))
+    return f"{rate:g} req/s" if rate is not None else f"C={fmt_count(point.get('concurrency'))}"
+
+
+def level_cell(point: dict[str, Any]) -> str:
+    """A level in a table's first column: ``8 req/s`` (rate mode) or the concurrency."""
+    rate = num(point.get("offered_rate"))
+    return f"{rate:g} req/s" if rate is not None else fmt_count(point.get("concurrency"))
+
+
+def level_header(header: Sequence[str], points: Sequence[dict[str, Any]]) -> list[str]:
+    """A table's header with its first column ("C") named "level" when the levels are rates."""
+    rated = any(num(p.get("offered_rate")) is not None for p in points)
+    return ["level", *header[1:]] if rated and header and header[0] == "C" else list(header)
+
+
+def levels_text(points: Sequence[dict[str, Any]]) -> str:
+    """Several levels in words: ``C=16, 32, 48``, or ``4 req/s, 8 req/s`` in rate mode."""
+    if any(num(p.get("offered_rate")) is not None for p in points):
+        return ", ".join(level_name(p) for p in points)
+    return "C=" + ", ".join(fmt_count(p.get("concurrency")) for p in points)
+
+
 def error_text(point: dict[str, Any]) -> str:
     """``C=4 (8 of 8 failed: 100%, connection 8)`` for one level."""
     errors = point.get("errors") if isinstance(point.get("errors"), dict) else {}
@@ -78,7 +104,7 @@ def error_text(point: dict[str, Any]) -> str:
     details = ([f"{rate * 100:.0f}%"] if rate is not None else []) + [
         f"{kind} {fmt_count(errors.get(kind))}" for kind in ERROR_KINDS if (num(errors.get(kind)) or 0) > 0]
     text = parts[0] + (": " + ", ".join(details) if details else "")
-    return f"C={fmt_count(point.get('concurrency'))} ({text})"
+    return f"{level_name(point)} ({text})"
 
 
 def failed_levels(items: Sequence[dict[str, Any]]) -> list[str]:

@@ -36,13 +36,43 @@ def _concurrency_ticks(ax: Any, values: Iterable[float]) -> None:
         ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
 
 
+def _x(point: dict[str, Any]) -> float | None:
+    """A level's place on the x axis: its offered rate in rate mode (its ``concurrency`` is only
+    the in-flight cap there), else its concurrency."""
+    rate = num(point.get("offered_rate"))
+    return rate if rate is not None else num(point.get("concurrency"))
+
+
+def _rated(items: Sequence[dict[str, Any]]) -> bool:
+    return any(num(p.get("offered_rate")) is not None for i in items for p in points_of(i["sweep"]))
+
+
+def _x_axis(ax: Any, items: Sequence[dict[str, Any]], note: str = "") -> None:
+    """Concurrency on a log2 axis, or, for rate-mode sweeps, the offered rate on a linear one."""
+    if not _rated(items):
+        _concurrency_ticks(ax, _all_concurrency(items))
+        ax.set_xlabel(f"concurrency ({note}log2 scale)")
+        return
+    rates = sorted({x for i in items for p in points_of(i["sweep"]) if (x := _x(p)) is not None})
+    if rates:
+        ax.set_xticks(rates)
+        ax.set_xticklabels([f"{r:g}" for r in rates])
+        ax.set_xlim(0, rates[-1] * 1.1)
+    ax.set_xlabel("offered rate (requests/s)")
+
+
+def _x_name(items: Sequence[dict[str, Any]]) -> str:
+    return "offered rate" if _rated(items) else "concurrency"
+
+
 def _series(sweep: dict[str, Any], path: str) -> tuple[list[float], list[float]]:
-    """(concurrency, value) of the points that have the value (not measurable ones left out)."""
+    """(level, value) of the points that have the value (not measurable ones left out); the
+    level is the concurrency, or the offered rate in rate mode."""
     xs, ys = [], []
     for point in points_of(sweep):
         if unmeasurable(point, path):
             continue
-        x, y = num(point.get("concurrency")), num(dig(point, path))
+        x, y = _x(point), num(dig(point, path))
         if x is not None and x > 0 and y is not None:
             xs.append(x)
             ys.append(y)
@@ -69,27 +99,26 @@ def _plot_throughput(items: Sequence[dict[str, Any]], path: Path, title: str, fi
             any_steady = True
             ax.plot(sx, sy, linestyle=":", color=color, linewidth=1.2)
         limited = [(x, y) for p in points_of(sweep) if p.get("client_limited") is True
-                   for x, y in [(num(p.get("concurrency")), num(p.get("output_tok_s")))]
+                   for x, y in [(_x(p), num(p.get("output_tok_s")))]
                    if x is not None and y is not None]
         if limited:
             ax.scatter([x for x, _ in limited], [y for _, y in limited], marker="x", s=90,
                        color="black", zorder=5)
         failed = [(x, y) for p in points_of(sweep) if has_failed(p)
-                  for x, y in [(num(p.get("concurrency")), num(p.get("output_tok_s")))]
+                  for x, y in [(_x(p), num(p.get("output_tok_s")))]
                   if x is not None and y is not None]
         if failed:
             ax.scatter([x for x, _ in failed], [y for _, y in failed], marker="o", s=150,
                        facecolors="none", edgecolors="red", linewidths=1.5, zorder=5)
         knee = knee_of(sweep)
         if knee is not None and num(knee.get("output_tok_s")) is not None:
-            kx, ky = float(knee["concurrency"]), float(knee["output_tok_s"])
+            kx, ky = float(_x(knee) or 0.0), float(knee["output_tok_s"])
             ax.scatter([kx], [ky], marker="*", s=260, color=color, edgecolors="black", zorder=6)
             ax.annotate(f"knee C={fmt_count(kx)}", (kx, ky), textcoords="offset points",
                         xytext=(6, -14), fontsize=8, color=color)
-    _concurrency_ticks(ax, _all_concurrency(items))
-    ax.set_xlabel("concurrency (requests in flight, log2 scale)")
+    _x_axis(ax, items, "requests in flight, ")
     ax.set_ylabel("output tokens / s (whole level)")
-    ax.set_title(f"{title}: output throughput vs concurrency")
+    ax.set_title(f"{title}: output throughput vs {_x_name(items)}")
     ax.set_ylim(bottom=0)
     ax.grid(True, which="major", alpha=0.3)
     # Legend: one entry per instance, plus what the markers mean.
@@ -147,15 +176,14 @@ def _plot_latency(items: Sequence[dict[str, Any]], path: Path, title: str, figur
         ax_ttft.set_ylim(bottom=0)
     ax_itl.set_ylim(bottom=0)
     for ax, what in ((ax_ttft, "time to first token (ms)"), (ax_itl, "inter-token latency p50 (ms)")):
-        _concurrency_ticks(ax, _all_concurrency(items))
-        ax.set_xlabel("concurrency (log2 scale)")
+        _x_axis(ax, items)
         ax.set_ylabel(what)
         ax.grid(True, which="major", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=7)
     ax_ttft.set_title("TTFT p50 (solid), p99 (dashed), server mean (dotted)")
     ax_itl.set_title("ITL p50 (token level), server mean (dotted)")
-    fig.suptitle(f"{title}: latency vs concurrency")
+    fig.suptitle(f"{title}: latency vs {_x_name(items)}")
     fig.tight_layout()
     fig.savefig(path, format="png")
 
@@ -177,8 +205,7 @@ def _plot_profiles(items: Sequence[dict[str, Any]], path: Path, title: str, figu
             ys = [sum(by_c[x]) / len(by_c[x]) for x in xs]
             ax_curve.plot(xs, ys, marker="o", color=f"C{index % 10}",
                           label=f"{profile} (mean of {len(members)} instance{'s' if len(members) > 1 else ''})")
-    _concurrency_ticks(ax_curve, _all_concurrency(items))
-    ax_curve.set_xlabel("concurrency (log2 scale)")
+    _x_axis(ax_curve, items)
     ax_curve.set_ylabel("output tokens / s per instance")
     ax_curve.set_title("throughput per profile")
     ax_curve.set_ylim(bottom=0)

@@ -11,17 +11,13 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.common impor
     MISSING,
     fmt,
     fmt_count,
+    level_name,
     md_row,
     num,
 )
 
 RATE_HEADER = ["level", "achieved req/s", "queued", "queue p99 ms", "goodput req/s", "goodput tok/s",
                "SLO attainment", "SLO met", "output tok/s mean ± 95% CI (runs)"]
-
-
-def _level(point: dict[str, Any]) -> str:
-    rate = num(point.get("offered_rate"))
-    return f"{rate:g} req/s" if rate is not None else f"C={fmt_count(point.get('concurrency'))}"
 
 
 def _interval(point: dict[str, Any]) -> str:
@@ -47,7 +43,7 @@ def render_rate_table(sweep: dict[str, Any]) -> str | None:
     lines = [md_row(RATE_HEADER), md_row(["---"] * len(RATE_HEADER))]
     for point in points:
         lines.append(md_row([
-            _level(point),
+            level_name(point),
             fmt(point.get("achieved_rate"), 2),
             fmt_count(point.get("queued_requests")),
             fmt((point.get("queue_delay_ms") or {}).get("p99")),

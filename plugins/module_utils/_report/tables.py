@@ -24,6 +24,10 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.common impor
     has_failed,
     instance_label,
     knee_of,
+    level_cell,
+    level_header,
+    level_name,
+    levels_text,
     md_row,
     num,
     peak_of,
@@ -59,9 +63,9 @@ def render_table(sweep: dict[str, Any]) -> str:
     client-limited level with ``*``, a level whose throughput drifted within its window with ``~``. A latency the sweep found not measurable
     (time-scaled engine, client disagreeing with the model) reads ``n/m``.
     """
-    lines = [md_row(TABLE_HEADER), md_row(["---"] * len(TABLE_HEADER))]
+    lines = [md_row(level_header(TABLE_HEADER, points_of(sweep))), md_row(["---"] * len(TABLE_HEADER))]
     for point in points_of(sweep):
-        c_cell = fmt_count(point.get("concurrency"))
+        c_cell = level_cell(point)
         if has_failed(point):
             c_cell += ERROR_MARK
         if point.get("client_limited") is True:
@@ -104,11 +108,11 @@ def render_server_table(sweep: dict[str, Any]) -> str | None:
     points = [p for p in points_of(sweep) if isinstance(p.get("server"), dict)]
     if not points:
         return None
-    lines = [md_row(SERVER_TABLE_HEADER), md_row(["---"] * len(SERVER_TABLE_HEADER))]
+    lines = [md_row(level_header(SERVER_TABLE_HEADER, points)), md_row(["---"] * len(SERVER_TABLE_HEADER))]
     for point in points:
         server = point["server"]
         lines.append(md_row([
-            fmt_count(point.get("concurrency")),
+            level_cell(point),
             fmt_count(server.get("requests")),
             fmt(server.get("ttft_ms_mean")),
             _range_text(dig(server, "ttft_ms_range.p50"), 0),
@@ -138,14 +142,14 @@ def render_server_metrics_table(sweep: dict[str, Any]) -> tuple[str, list[str]] 
     points = [p for p in points_of(sweep) if isinstance(p.get("server_metrics"), dict)]
     if not points:
         return None
-    lines = [md_row(SERVER_METRICS_HEADER), md_row(["---"] * len(SERVER_METRICS_HEADER))]
+    lines = [md_row(level_header(SERVER_METRICS_HEADER, points)), md_row(["---"] * len(SERVER_METRICS_HEADER))]
     reasons: dict[str, set[str]] = {}
     for point in points:
         m = point["server_metrics"]
         for key, why in (m.get("notes") or {}).items():
             reasons.setdefault(why, set()).add(key)
         lines.append(md_row([
-            fmt_count(point.get("concurrency")) + (f" {ERROR_MARK}" if has_failed(point) else ""),
+            level_cell(point) + (f" {ERROR_MARK}" if has_failed(point) else ""),
             fmt(point.get("output_tok_s")),
             _pair(m, "running_mean", "running_max"),
             _pair(m, "queued_mean", "queued_max"),
@@ -179,7 +183,7 @@ def render_notes(sweep: dict[str, Any]) -> list[str]:
     warmed = [p["level_warmup"] for p in points if isinstance(p.get("level_warmup"), dict)]
     if warmed:
         failed = [
-            f"C={fmt_count(p.get('concurrency'))} ({fmt_count(dig(p, 'level_warmup.errors.total'))} of "
+            f"{level_name(p)} ({fmt_count(dig(p, 'level_warmup.errors.total'))} of "
             f"{fmt_count(dig(p, 'level_warmup.requests'))})"
             for p in points if (num(dig(p, "level_warmup.errors.total")) or 0) > 0
         ]
@@ -198,10 +202,10 @@ def render_notes(sweep: dict[str, Any]) -> list[str]:
                 f"throughput drifted within the level (marked {DRIFT_MARK}: second half of its window vs the "
                 "first beyond "
                 + f"{(num(drifted[0]['drift'].get('threshold')) or 0.15) * 100:.0f}%): "
-                + ", ".join(f"C={fmt_count(p.get('concurrency'))} (x{fmt(p['drift'].get('ratio'), 2)})" for p in drifted)
+                + ", ".join(f"{level_name(p)} (x{fmt(p['drift'].get('ratio'), 2)})" for p in drifted)
             )
         if short:
-            parts.append("too short to check for drift: C=" + ", ".join(fmt_count(p.get("concurrency")) for p in short))
+            parts.append("too short to check for drift: " + levels_text(short))
         text = "; ".join(parts)
         notes.append(text[0].upper() + text[1:] + ".")
     elif any(isinstance(p.get("drift"), dict) for p in points):
@@ -212,7 +216,7 @@ def render_notes(sweep: dict[str, Any]) -> list[str]:
         at = f" at time scale {fmt_count(scale) if num(scale) is None else f'{float(scale):g}'}" if scale else ""
         tolerance = num(dig(marked[0], "latency_check.tolerance")) or 0.25
         levels = "; ".join(
-            f"C={fmt_count(p.get('concurrency'))} "
+            f"{level_name(p)} "
             + ", ".join(f"{k.split('_')[0].upper() if k != 'e2e_s' else 'e2e'} {'/'.join(v)}"
                         for k, v in p["latency_unmeasurable"].items())
             for p in marked
@@ -233,7 +237,7 @@ def render_findings(sweep: dict[str, Any]) -> str:
     if peak is None:
         parts = ["Peak: none (no level ran without failed requests)" if failed else "Peak: none (no level completed)"]
     else:
-        parts = [f"Peak: {fmt(peak.get('output_tok_s'))} tok/s at C={fmt_count(peak.get('concurrency'))}"]
+        parts = [f"Peak: {fmt(peak.get('output_tok_s'))} tok/s at {level_name(peak)}"]
     knee = knee_of(sweep)
     if knee is None:
         parts.append("knee: not found")
@@ -241,21 +245,21 @@ def render_findings(sweep: dict[str, Any]) -> str:
         share = num(knee.get("share_of_peak"))
         share_text = f", {share * 100:.0f}% of peak" if share is not None else ""
         parts.append(
-            f"knee: C={fmt_count(knee.get('concurrency'))} "
+            f"knee: {level_name(knee)} "
             f"({fmt(knee.get('output_tok_s'))} tok/s{share_text})"
         )
-    limited = [fmt_count(p.get("concurrency")) for p in points_of(sweep) if p.get("client_limited") is True]
+    limited = [p for p in points_of(sweep) if p.get("client_limited") is True]
     if limited:
         parts.append(
-            "client-limited (marked *, the client not the server set the number): C="
-            + ", ".join(limited)
+            "client-limited (marked *, the client not the server set the number): "
+            + levels_text(limited)
         )
     else:
         parts.append("client-limited levels: none")
     if failed:
         parts.append(
-            f"levels with failed requests (marked {ERROR_MARK}, left out of peak and knee): C="
-            + ", ".join(fmt_count(p.get("concurrency")) for p in failed)
+            f"levels with failed requests (marked {ERROR_MARK}, left out of peak and knee): "
+            + levels_text(failed)
         )
     if sweep.get("stopped_on_plateau") is True:
         parts.append("stopped on plateau")
