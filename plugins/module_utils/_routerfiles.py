@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._detached.identity import status
+from ansible_collections.llmops.sglang.plugins.module_utils._detached.spec import ServiceSpec
 from ansible_collections.llmops.sglang.plugins.module_utils._serverfiles import Owner, Writer
 
 HEADER = "# Ansible managed (llmops.sglang router role): edits here are overwritten by the next deploy"
@@ -124,6 +127,25 @@ class RouterOutcome:
     restart: bool = False       # the environment, launch script or unit changed
     unit_changed: bool = False  # systemd must read the unit again
     diffs: list[dict[str, str]] = field(default_factory=list)
+
+
+def running(plan: Mapping[str, Any], backend: str) -> bool:
+    """Whether the router runs as its service manager should have it, so that starting it would
+    change nothing: the process backend's pid file names its live process (one found only by its
+    folder is not: a start rewrites its pid file), or the systemd unit is active and enabled."""
+    if backend == "systemd":
+        unit = str(plan["unit"])
+        checks = (["systemctl", "is-active", "--quiet", unit], ["systemctl", "is-enabled", "--quiet", unit])
+        try:
+            return all(subprocess.run(argv, capture_output=True, check=False, timeout=30).returncode == 0
+                       for argv in checks)
+        except (OSError, subprocess.SubprocessError):
+            return False
+    paths = plan["paths"]
+    found = status(ServiceSpec(name=str(plan["service"]), command=[str(paths["launch_script"])],
+                               pid_file=str(paths["pid_file"]), log_file=str(paths["log_file"]),
+                               chdir=str(paths["dir"]), match=str(plan["match"])))
+    return found.running and not found.adopted
 
 
 def write_router(plan: Mapping[str, Any], *, base_dir: str, api_key: str, backend: str, check: bool,

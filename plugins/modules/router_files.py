@@ -18,6 +18,9 @@ description:
   - Each is compared with the host's first and written only when its content, mode or owner
     differ, atomically. Returns whether the router must restart (its environment, launch script
     or unit changed) and whether systemd must read the unit again.
+  - Also says whether the router runs as its service manager should have it (O(backend=process) -
+    its pid file names its live process; O(backend=systemd) - its unit is active and enabled), so
+    that the role starts it only when it does not.
   - The plan decides, this module renders its fields.
 author:
   - llmops.sglang contributors (@llmops)
@@ -80,6 +83,12 @@ unit_changed:
   description: Whether the unit changed (systemd must read it again before the restart).
   returned: always
   type: bool
+running:
+  description:
+    - Whether the router runs now, as its service manager should have it (pid file and process,
+      or the unit active and enabled); read before anything is restarted.
+  returned: always
+  type: bool
 files:
   description: The paths written or fixed (or that would be, in check mode).
   returned: always
@@ -89,11 +98,11 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._routerfiles import write_router
+from ansible_collections.llmops.sglang.plugins.module_utils._routerfiles import running, write_router
 
-PLAN_KEYS = ("paths", "argv", "python", "match", "api_key_env", "description", "unit", "stop_timeout",
+PLAN_KEYS = ("paths", "argv", "python", "match", "api_key_env", "description", "unit", "service", "stop_timeout",
              "unit_user", "unit_group")
-PATH_KEYS = ("dir", "log_file", "env_file", "launch_script")
+PATH_KEYS = ("dir", "log_file", "env_file", "launch_script", "pid_file")
 
 
 def main() -> None:
@@ -119,7 +128,7 @@ def main() -> None:
     except (OSError, KeyError, ValueError) as exc:
         module.fail_json(msg=f"writing the router's files: {exc}")
     result = {"changed": bool(outcome.changed), "restart": outcome.restart, "unit_changed": outcome.unit_changed,
-              "files": outcome.changed}
+              "running": running(plan, params["backend"]), "files": outcome.changed}
     if module._diff:
         result["diff"] = outcome.diffs
     module.exit_json(**result)

@@ -114,3 +114,28 @@ def test_a_script_bash_refuses_is_not_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bash -n"):
         write_router(broken, base_dir=str(base), api_key="", backend="process", check=False)
     assert "if then" not in (base / "router" / "launch.sh").read_text()
+
+
+def test_running_only_when_the_pid_file_names_the_live_router(tmp_path: Path) -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._detached.spec import ServiceSpec
+    from ansible_collections.llmops.sglang.plugins.module_utils._detached.starting import start
+    from ansible_collections.llmops.sglang.plugins.module_utils._detached.stopping import stop
+
+    base = tmp_path / "sglang-router"
+    plan = _plan(base)
+    plan["match"] = "sleep 61"  # what the stand-in's command line shows (the router's: sglang::router)
+    write_router(plan, base_dir=str(base), api_key="", backend="process", check=False)
+    paths = plan["paths"]
+    Path(paths["launch_script"]).write_text("#!/bin/sh\nexec sleep 61\n")
+    spec = ServiceSpec(name=plan["service"], command=[paths["launch_script"]], pid_file=paths["pid_file"],
+                       log_file=paths["log_file"], chdir=paths["dir"], match=plan["match"], start_grace=0.3,
+                       stop_timeout=5)
+    assert _routerfiles.running(plan, "process") is False  # no pid file
+    try:
+        assert start(spec).status.running
+        assert _routerfiles.running(plan, "process") is True
+        Path(paths["pid_file"]).unlink()  # found by its folder only: not running as it should (a start repairs it)
+        assert _routerfiles.running(plan, "process") is False
+    finally:
+        stop(spec)
+    assert _routerfiles.running(plan, "process") is False
