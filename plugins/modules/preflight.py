@@ -195,7 +195,7 @@ problems:
 packages_current:
   description:
     - With O(packages), whether the venv holds every requirement already (each an exact pin
-      C(name==version), at that version): pip would change nothing.
+      C(name==version), at that version), so that pip would change nothing.
   returned: with O(packages)
   type: bool
 service_manager:
