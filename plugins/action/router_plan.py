@@ -21,7 +21,7 @@ class ActionModule(ActionBase):
     """Plan the router from the task's variables; check on the host that it can start."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("preflight",))
+    _VALID_ARGS = frozenset(("preflight", "show"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -45,4 +45,9 @@ class ActionModule(ActionBase):
         if checked.get("failed") or checked.get("unreachable") or "service_manager" not in checked:
             return {**result, **checked, "failed": True, "changed": False}
         plan["backend"] = checked["service_manager"]
-        return {**result, "changed": False, "plan": plan}
+        result = {**result, "changed": False, "plan": plan}
+        if self._task.args.get("show"):  # printed as the task's result, as debug prints
+            result.update(_ansible_verbose_always=True, summary={
+                "router": f"{plan['description']} ({plan['backend']} backend)", "python": plan["python"],
+                "argv": plan["argv"], "url": plan["connect_url"]})
+        return result

@@ -61,9 +61,12 @@ class ActionModule(ActionBase):
         if self._task.args.get("preflight"):
             spec = plan["preflight"]
             owner = plan["owner"]["user"]
-            self._module("llmops.sglang.preflight", modules_run, task_vars, deployment_dir=base_dir,
-                         ports=spec["ports"], files=spec["files"], executables=spec["executables"],
-                         **({"user": owner} if owner else {}))
+            checked = self._module("llmops.sglang.preflight", modules_run, task_vars, deployment_dir=base_dir,
+                                   ports=spec["ports"], files=spec["files"], executables=spec["executables"],
+                                   **({"user": owner} if owner else {}),
+                                   **({"packages": spec["packages"]} if spec.get("packages") else {}))
+            # the venv holds the pinned packages already: the role skips pip (it would change nothing)
+            result["install"] = {**plan["install"], "current": bool(checked.get("packages_current"))}
         return self._shown(result)
 
     def _shown(self, result: dict[str, Any]) -> dict[str, Any]:

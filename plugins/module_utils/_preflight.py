@@ -8,13 +8,16 @@ fewer servers than before. These checks run on the host after the plan and befor
 
 - every port an instance will listen on is free, or held by this deployment's own servers
   (they are stopped before the new ones start); otherwise the holder is named (pid, name);
-- the files and executables the launch needs exist.
+- the files and executables the launch needs exist;
+- (asked, not checked) whether the venv the role installs into holds every pinned package
+  already, so that the role runs pip only when pip would change something.
 
 Stdlib only, Python >= 3.10 (``llmops.sglang.preflight`` ships it to hosts). Linux /proc.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -237,3 +240,52 @@ def check_paths(files: list[Mapping[str, Any]], executables: list[Mapping[str, A
                             "run as (a folder above it or the file itself is closed to that user)"
                             + (f": {item['fix']}" if item.get("fix") else ""))
     return problems
+
+
+_PIN = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*")
+
+
+def _dist_name(name: str) -> str:
+    """A distribution's name as pip compares it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_versions(venv: str) -> dict[str, str] | None:
+    """Distribution name (PEP 503) -> version, from the ``*.dist-info/METADATA`` of the venv's
+    site-packages; None when the venv has no Python."""
+    root = Path(venv)
+    if not (root / "bin" / "python").exists():
+        return None
+    found: dict[str, str] = {}
+    for meta in root.glob("lib/python*/site-packages/*.dist-info/METADATA"):
+        name = version = ""
+        try:
+            with open(meta, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    if not line.strip():
+                        break  # the headers end at the first blank line
+                    if line.startswith("Name:"):
+                        name = line[5:].strip()
+                    elif line.startswith("Version:"):
+                        version = line[8:].strip()
+                    if name and version:
+                        break
+        except OSError:
+            continue
+        if name and version:
+            found[_dist_name(name)] = version
+    return found
+
+
+def packages_current(venv: str, requirements: list[str]) -> bool:
+    """Whether pip would change nothing: every requirement is an exact pin (``name==version``)
+    that the venv holds at that version. Anything else (a range, extras, a URL, a missing venv
+    or package, another spelling of the version) says False, and pip decides."""
+    have = installed_versions(venv)
+    if have is None or not requirements:
+        return False
+    for req in requirements:
+        pin = _PIN.fullmatch(str(req))
+        if pin is None or have.get(_dist_name(pin[1])) != pin[2]:
+            return False
+    return True

@@ -128,6 +128,22 @@ options:
         description: Skip the command when its program is not there (it is installed later in the run).
         type: bool
         default: false
+  packages:
+    description:
+      - Not a check - asks whether the venv the role installs into holds these requirements
+        already (read from its C(*.dist-info) metadata, nothing run), returned as
+        RV(packages_current); the role then runs pip only when it would change something.
+    type: dict
+    suboptions:
+      venv:
+        description: The virtual environment.
+        type: path
+        required: true
+      requirements:
+        description: The pip requirements the role installs (only exact pins C(name==version) can be current).
+        type: list
+        elements: str
+        required: true
 attributes:
   check_mode:
     description: Only reads; runs in check mode too.
@@ -176,6 +192,12 @@ problems:
     - >-
       port 30000 (HTTP port of instance gpu0) is held by pid 4242 (nginx - master process), which
       is not this deployment's - stop it, or choose other ports (sglang_base_port, sglang_nccl_port_base)
+packages_current:
+  description:
+    - With O(packages), whether the venv holds every requirement already (each an exact pin
+      C(name==version), at that version), so that pip would change nothing.
+  returned: with O(packages)
+  type: bool
 service_manager:
   description: The service manager to use (O(service_manager), with V(auto) resolved on the host).
   returned: always
@@ -189,6 +211,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._preflight import (
     check_commands,
     check_paths,
     check_ports,
+    packages_current,
     service_manager,
 )
 
@@ -223,6 +246,10 @@ def main() -> None:
                 "fix": {"type": "str"},
                 "missing_ok": {"type": "bool", "default": False},
             }},
+            "packages": {"type": "dict", "options": {
+                "venv": {"type": "path", "required": True},
+                "requirements": {"type": "list", "elements": "str", "required": True},
+            }},
         },
         supports_check_mode=True,
     )
@@ -235,7 +262,10 @@ def main() -> None:
         module.fail_json(msg=f"{params['subject']} cannot start on this host ({len(problems)} problem(s)); "
                              "nothing was changed:\n  - " + "\n  - ".join(problems), problems=problems,
                          service_manager=manager)
-    module.exit_json(changed=False, problems=[], service_manager=manager)
+    extra = {}
+    if params["packages"]:
+        extra["packages_current"] = packages_current(params["packages"]["venv"], params["packages"]["requirements"])
+    module.exit_json(changed=False, problems=[], service_manager=manager, **extra)
 
 
 if __name__ == "__main__":

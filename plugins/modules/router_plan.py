@@ -34,6 +34,12 @@ options:
         C(stop.yml) and C(status.yml)) only resolves the service manager there.
     type: bool
     default: true
+  show:
+    description:
+      - Print the result (the plan, and its C(summary) - the router, its Python, argv and URL)
+        as the task's output, as M(ansible.builtin.debug) would (C(--check), C(--tags plan)).
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Reads only; runs in check mode too.
@@ -105,6 +111,10 @@ plan:
       description: Seconds the service manager waits for it to stop (its grace period + 15).
       type: int
       sample: 45
+summary:
+  description: The router, its Python, its argv and its URL, in a few lines (with O(show)).
+  returned: success and O(show)
+  type: dict
 problems:
   description: The bad variables, one line each (when the plan cannot be made).
   returned: failure

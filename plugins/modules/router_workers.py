@@ -67,6 +67,25 @@ options:
     description: Seconds one HTTP request to the router may take.
     type: float
     default: 10
+  ready:
+    description:
+      - After reconciling, when the router has at least one worker, wait until it answers
+        C(/readiness) with 200 (a healthy worker; 503 until then), polled every second, as
+        M(llmops.sglang.wait_ready) does. One that does not within O(ready.timeout) fails the
+        task with the reason and the last lines of O(ready.log_file). Not in check mode.
+    type: dict
+    suboptions:
+      timeout:
+        description: Seconds to wait for C(/readiness).
+        type: float
+        default: 300
+      log_file:
+        description: The router's log, whose last lines a failure shows.
+        type: path
+      name:
+        description: The router's name in a failure's message (its inventory host).
+        type: str
+        default: router
 extends_documentation_fragment:
   - llmops.sglang.server_api
 attributes:
@@ -158,11 +177,16 @@ workers:
       description: Requests the router has running on it.
       type: int
       sample: 0
+ready:
+  description: With O(ready), the readiness wait's result (C(ready), C(status), C(waited_s), C(reason)) when it failed.
+  returned: failure of the readiness wait
+  type: dict
 """
 
 # Imports follow the documentation blocks, as ansible-test validate-modules requires.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
+from ansible_collections.llmops.sglang.plugins.module_utils._deploy import wait_for_ready  # noqa: E402
 from ansible_collections.llmops.sglang.plugins.module_utils._router import (  # noqa: E402
     RouterClient,
     RouterError,
@@ -181,6 +205,11 @@ def main() -> None:
             "wait_healthy": {"type": "bool", "default": False},
             "timeout": {"type": "float", "default": 60},
             "request_timeout": {"type": "float", "default": 10},
+            "ready": {"type": "dict", "options": {
+                "timeout": {"type": "float", "default": 300},
+                "log_file": {"type": "path"},
+                "name": {"type": "str", "default": "router"},
+            }},
         },
         supports_check_mode=True,
     )
@@ -194,6 +223,15 @@ def main() -> None:
     if result.msg:
         module.warn(result.msg)
     after = sorted(set(result.before) - set(result.removed) | set(result.added))
+    ready = p["ready"]
+    if ready and result.workers and not module.check_mode:
+        state = wait_for_ready([{"name": ready["name"], "url": client.base_url, "path": "/readiness",
+                                 "timeout": ready["timeout"], "log_file": ready["log_file"]}],
+                               interval=1, request_timeout=5)[ready["name"]]
+        if not state["ready"]:
+            module.fail_json(msg=f"the router on {ready['name']} is not ready: {state['reason']}.\n"
+                                 f"--- last 50 lines of its log ---\n{state['log_tail']}",
+                             router_url=client.base_url, workers=result.workers, ready=state)
     extra = {}
     if module._diff:
         extra["diff"] = {"before": "".join(u + "\n" for u in result.before),

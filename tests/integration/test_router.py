@@ -9,7 +9,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _routerfiles
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _routerplan
 
 from .conftest import ROOT, Deployment, cleanup, free_port_block, group_members, make_inventory
@@ -279,25 +279,13 @@ def test_router_unit_verifies(tmp_path: Path) -> None:
     launch = base / "router" / "launch.sh"
     launch.write_text("#!/bin/sh\nexec sleep 1\n")
     launch.chmod(0o755)
-    # the plan the role renders the unit from (plugin_utils/_routerplan.py); the template decides nothing
+    # the plan the role writes the unit from (plugin_utils/_routerplan.py, module_utils/_routerfiles.py)
     defaults = yaml.safe_load((ROOT / "roles" / "router" / "defaults" / "main.yml").read_text())
     defaults.update(sglang_router_base_dir=str(base), sglang_router_user="root", sglang_router_group="root",
                     sglang_router_host="0.0.0.0", sglang_router_prometheus_host="0.0.0.0",
                     sglang_router_shutdown_grace_period=30)
     plan = _routerplan.plan(_routerplan.RouterRequest.from_vars(defaults))
-    playbook = tmp_path / "render.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Render the unit", "hosts": "localhost", "gather_facts": False,
-        "vars": {"__sglang_router_plan": plan},
-        "tasks": [{"name": "Template", "ansible.builtin.template": {
-            "src": str(ROOT / "roles" / "router" / "templates" / "sglang-router.service.j2"),
-            "dest": str(tmp_path / "sglang-router.service"), "mode": "0644"}}],
-    }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                          "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
+    (tmp_path / "sglang-router.service").write_text(_routerfiles.unit_text(plan))
     unit = (tmp_path / "sglang-router.service").read_text()
     assert unit.startswith("#") and "Ansible managed" in unit
     for line in ("KillMode=control-group", "Restart=on-failure", "TimeoutStopSec=45", f"ExecStart={launch}",

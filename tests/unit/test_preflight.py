@@ -188,3 +188,40 @@ def test_the_service_manager_auto_is_the_hosts(tmp_path: Path) -> None:
     (proc / "1" / "comm").write_text("tini\n")
     assert pf.service_manager("auto", proc, str(run_systemd)) == "process"
     assert pf.service_manager("systemd", proc, str(run_systemd)) == "systemd"
+
+
+def _venv(root: Path, dists: dict[str, str]) -> Path:
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "python").write_text("#!/bin/sh\n")
+    site = root / "lib" / "python3.12" / "site-packages"
+    for name, version in dists.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nName: not-a-header\n")
+    return root
+
+
+def test_packages_current_only_for_exact_pins_the_venv_holds(tmp_path: Path) -> None:
+    venv = _venv(tmp_path / "venv", {"aiohttp": "3.9.5", "Typing-Extensions": "4.12.2"})
+    assert pf.installed_versions(str(venv)) == {"aiohttp": "3.9.5", "typing-extensions": "4.12.2"}
+    assert pf.packages_current(str(venv), ["aiohttp==3.9.5"]) is True
+    assert pf.packages_current(str(venv), ["aiohttp == 3.9.5", "typing_extensions==4.12.2"]) is True  # PEP 503 names
+    assert pf.packages_current(str(venv), ["aiohttp==3.9.6"]) is False  # another version: pip changes it
+    assert pf.packages_current(str(venv), ["aiohttp==3.9.5", "sglang==0.5.23"]) is False  # one missing
+    for undecidable in ("aiohttp>=3.9", "aiohttp[speedups]==3.9.5", "aiohttp", "./wheels/aiohttp.whl"):
+        assert pf.packages_current(str(venv), [undecidable]) is False, undecidable  # pip decides
+    assert pf.packages_current(str(venv), []) is False
+    assert pf.packages_current(str(tmp_path / "no-venv"), ["aiohttp==3.9.5"]) is False
+    (venv / "bin" / "python").unlink()  # a venv without its Python is not one pip would leave alone
+    assert pf.packages_current(str(venv), ["aiohttp==3.9.5"]) is False
+
+
+def test_preflight_spec_asks_for_the_packages_only_when_the_role_installs() -> None:
+    plan = {"model": {"path": "/models/m"}, "instances": []}
+    packages = {"venv": "/opt/sglang/venv", "requirements": ["sglang==0.5.23"]}
+    installing = preflight_spec(plan, {"engine": "sglang"}, python="/opt/sglang/venv/bin/python", install=True,
+                                packages=packages)
+    assert installing["packages"] == packages
+    existing = preflight_spec(plan, {"engine": "sglang"}, python="/srv/py/bin/python", install=False,
+                              packages=packages)
+    assert "packages" not in existing

@@ -411,3 +411,62 @@ def test_module_failure_names_the_router() -> None:
     url = f"http://127.0.0.1:{_free_port()}"
     failed = _ansible({"router_url": url, "workers": ["http://127.0.0.1:1"], "request_timeout": 2})
     assert failed["_status"].startswith("FAILED") and f"cannot reach the router at {url}" in failed["msg"]
+
+
+class _Stub:
+    """A router stand-in on loopback: GET /workers lists ``workers``, GET /readiness answers ``ready``."""
+
+    def __init__(self, workers: list[dict[str, Any]], ready: int) -> None:
+        import http.server
+        import threading
+
+        stub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                status, body = ((200, {"workers": stub.workers}) if self.path == "/workers"
+                                else (stub.ready, {"status": "ready" if stub.ready == 200 else "not ready"}))
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.workers, self.ready = workers, ready
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_module_ready_waits_for_readiness_only_with_a_worker_and_fails_with_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "router.log"
+    log.write_text("starting\nno healthy worker yet\n")
+    worker = {"id": "w1", "url": "http://127.0.0.1:1", "is_healthy": False, "load": 0}
+    stub = _Stub([worker], 503)
+    try:
+        ready = {"timeout": 2, "log_file": str(log), "name": "router-01"}
+        failed = _ansible({"router_url": stub.url, "ready": ready})
+        assert failed["_status"].startswith("FAILED"), failed["_stdout"]
+        assert failed["msg"].startswith("the router on router-01 is not ready: no 200 from "
+                                        f"{stub.url}/readiness within 2.0 s (last status 503)")
+        assert "no healthy worker yet" in failed["msg"] and failed["ready"]["ready"] is False
+        stub.ready = 200
+        done = _ansible({"router_url": stub.url, "ready": ready})
+        assert done["_status"] == "SUCCESS" and [w["url"] for w in done["workers"]] == [worker["url"]]
+        # without a worker there is nothing to be ready with: no wait (a 503 is what it answers then)
+        stub.workers, stub.ready = [], 503
+        empty = _ansible({"router_url": stub.url, "ready": ready})
+        assert empty["_status"] == "SUCCESS" and empty["workers"] == []
+        # and without `ready` the module does not ask /readiness at all
+        stub.workers = [worker]
+        assert _ansible({"router_url": stub.url})["_status"] == "SUCCESS"
+    finally:
+        stub.close()

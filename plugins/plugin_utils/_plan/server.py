@@ -131,10 +131,12 @@ def wait_spec(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: Ma
 
 
 def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python: str,
-                   install: bool) -> dict[str, Any]:
+                   install: bool, packages: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What llmops.sglang.preflight checks: every HTTP and NCCL port of the instances, the
     model's config.json (a local model path), and the interpreter that will run the servers (or,
-    when the role creates the venv, the one that creates it)."""
+    when the role creates the venv, the one that creates it). With ``packages`` ({venv,
+    requirements}: the install spec's), it also says whether the venv holds them already, so
+    that the role runs pip only when pip would change something."""
     ports = []
     for inst in plan.get("instances", []):
         ports.append({"port": inst["port"], "instance": inst["name"], "what": "HTTP"})
@@ -152,7 +154,10 @@ def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python:
     else:
         executables = [{"path": python, "what": f"the {engine} server's Python (sglang_python)",
                         "fix": "point sglang_python at an existing installation, or set sglang_install: true"}]
-    return {"ports": ports, "files": files, "executables": executables}
+    spec: dict[str, Any] = {"ports": ports, "files": files, "executables": executables}
+    if install and packages:
+        spec["packages"] = {"venv": packages["venv"], "requirements": list(packages["requirements"])}
+    return spec
 
 
 def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[str, Any] | None,
@@ -184,7 +189,8 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
         "install": install,
         "owner": {"user": user, "group": _text(settings.get("group")) if user else ""},
         "unit_paths": _layout.instance_paths(plan["base_dir"], "%i"),
-        "preflight": preflight_spec(plan, settings, python, install["enabled"]),
+        "preflight": preflight_spec(plan, settings, python, install["enabled"],
+                                    {"venv": install["venv"], "requirements": install["packages"]}),
         "previous": previous,
         "running": running,
         "engine_files": engine_bundle(plan["release"], plan["engine_root"]) if settings.get("engine") == "sim" else None,
