@@ -74,14 +74,14 @@ unit: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 tests/unit
 
 integration: setup router
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not e2e" tests/integration
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not e2e" --durations=15 tests/integration
 
 # End-to-end runs of several minutes each (tune.yml on inventories/seed then deploy.yml; a bench
 # through the router, also with a worker down; a remote sweep outliving a killed controller; tune's
 # faults; deploys interrupted by SIGINT/SIGKILL and concurrent deploys): not in
 # `make test` (which stays under 20 minutes on 2 cores); .ci/run runs them after it.
 e2e: setup router
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m e2e tests/integration
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m e2e --durations=15 tests/integration
 
 molecule: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s default

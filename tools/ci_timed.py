@@ -29,12 +29,12 @@ STEPS = (
     ("setup", "-m venv"),
     ("lint", "ruff check"),
     ("unit", "pytest -q -n 2 tests/unit"),
-    ("integration", '-m "not e2e" tests/integration'),
+    ("integration", '-m "not e2e"'),
     ("molecule", "molecule test"),
     ("build", "ansible-galaxy collection build"),
     ("sanity", "ansible-test sanity --local"),
     ("test-newcore", ".venv-new"),
-    ("e2e", "-m e2e tests/integration"),
+    ("e2e", "-n 2 -m e2e"),
     ("fleet-test", "tests/fleet"),
 )
 
