@@ -149,7 +149,7 @@ sanity-newcore:
 FLEET_APT_TIMEOUT ?= 600
 FLEET_ARGS ?=
 FLEET_TESTS ?= tests/fleet
-fleet-test: setup
+fleet-test: setup router
 	@test "$$(id -u)" = 0 || { echo "make fleet-test: needs root (network namespaces, a bridge, sshd)"; exit 1; }
 	@command -v ip >/dev/null || { echo "make fleet-test: needs iproute2 (the ip command)"; exit 1; }
 	@test -x /usr/sbin/sshd || { echo "make fleet-test: installing openssh-server (apt-get)"; \
