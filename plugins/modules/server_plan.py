@@ -109,7 +109,9 @@ python:
   returned: success
   type: str
 install:
-  description: "What the role installs - enabled, venv, venv_command, packages, extra_args; with O(preflight), current (the venv holds every pinned package already: the role skips pip)."
+  description: >-
+    What the role installs - enabled, venv, venv_command, packages, extra_args; with O(preflight),
+    current (the venv holds every pinned package already: the role skips pip).
   returned: success
   type: dict
 owner:

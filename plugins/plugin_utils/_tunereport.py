@@ -19,7 +19,9 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._tune import (
     writeback_plan,
 )
 
+
 # ---- the report ----
+
 
 def _f(value: Any, digits: int = 1) -> str:
     return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
