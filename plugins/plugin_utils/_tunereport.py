@@ -19,7 +19,6 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._tune import (
     writeback_plan,
 )
 
-
 # ---- the report ----
 
 
