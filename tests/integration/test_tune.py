@@ -56,7 +56,11 @@ def test_tune_on_seed_finds_mtp_hicache_writes_it_back_and_deploy_uses_it(tmp_pa
         for loser in ("hicache", "baseline"):
             assert results[loser]["status"] == "swept"
             assert outcome["choice"]["why"][loser].startswith("lower peak tok/s")
-        assert results["mtp_hicache"]["sweep"]["stopped_on_plateau"]
+        # the plateau rule is a measured gain (< 5% per doubling): on a loaded machine the
+        # engine's jitter can keep a gain above it; then the sweep must have run every level
+        winner_levels = [p["concurrency"] for p in results["mtp_hicache"]["sweep"]["points"]]
+        assert results["mtp_hicache"]["sweep"]["stopped_on_plateau"] or winner_levels == [1, 4, 8, 16, 32, 48], \
+            winner_levels
         md = (folder / "tune.md").read_text()
         assert "| 1 | **mtp_hicache** | swept | 9 |" in md and "## Path" in md
         rows = list(csv.DictReader((folder / "tune.csv").open()))
