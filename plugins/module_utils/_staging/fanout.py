@@ -30,7 +30,11 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._staging import disk, verify
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.errors import StageError
-from ansible_collections.llmops.sglang.plugins.module_utils._staging.layout import Layout, safe_relpath
+from ansible_collections.llmops.sglang.plugins.module_utils._staging.layout import (
+    Layout,
+    file_stat,
+    safe_relpath,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.listing import (
     Listing,
     RepoFile,
@@ -128,14 +132,6 @@ def _listing(target: Target, manifest: Manifest) -> Listing:
     return Listing(repo="folder:" + target.folder, commit=manifest.digest, files=list(manifest.files))
 
 
-def _stat(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
-
-
 # ---- manifest (at the origin)
 
 
@@ -180,7 +176,7 @@ def folder_manifest(target: Target, *, full: bool = False, write_cache: bool = T
             cached = {}
     files, rows, hashed = [], [], 0
     for rel in _walk(target.folder):
-        st = _stat(target.file(rel))
+        st = file_stat(target.file(rel))
         if st is None:
             continue
         old = cached.get(rel)
@@ -211,7 +207,7 @@ def revision_manifest(target: Target, *, full: bool = False) -> Manifest:
                          "on the origin (no completion marker): stage it there first")
     listing, mtimes = found
     for entry in listing.files:
-        st = _stat(target.file(entry.path))
+        st = file_stat(target.file(entry.path))
         if st is None or st[0] != entry.size or full or st[1] != mtimes.get(entry.path):
             bad = verify.problem(target.file(entry.path), entry)
             if bad is not None:
@@ -251,7 +247,7 @@ def _marked(target: Target, manifest: Manifest, full: bool) -> tuple[bool, bool]
         return False, False
     moved = False
     for entry in manifest.files:
-        st = _stat(target.file(entry.path))
+        st = file_stat(target.file(entry.path))
         if st is None or st[0] != entry.size:
             return False, False
         if full or st[1] != mtimes.get(entry.path):
@@ -274,7 +270,7 @@ def check(target: Target, manifest: Manifest, *, reserve_bytes: int = 0, full: b
         out.complete = True
         return out
     for entry in manifest.files:
-        st = _stat(target.file(entry.path))
+        st = file_stat(target.file(entry.path))
         if st is None or st[0] != entry.size:
             out.missing.append(entry.path)
             out.need_bytes += entry.size - (st[0] if st and st[0] < entry.size else 0)
@@ -333,7 +329,7 @@ def receive(target: Target, manifest: Manifest, *, check_mode: bool = False) -> 
 def _mark(target: Target, manifest: Manifest) -> None:
     stats = {}
     for entry in manifest.files:
-        st = _stat(target.file(entry.path))
+        st = file_stat(target.file(entry.path))
         if st is None:
             raise StageError(f"{target.file(entry.path)} vanished while it was verified")
         stats[entry.path] = st

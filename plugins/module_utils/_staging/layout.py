@@ -69,3 +69,12 @@ class Layout:
 
     def part(self, path: str) -> str:
         return os.path.join(self.partial, *path.split("/"))
+
+
+def file_stat(path: str) -> tuple[int, int] | None:
+    """(size, mtime in ns) of a file, None when it is not there: what a marker records."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns

@@ -24,7 +24,11 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._staging import disk, hub, verify
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.errors import StageError
-from ansible_collections.llmops.sglang.plugins.module_utils._staging.layout import Layout, is_commit
+from ansible_collections.llmops.sglang.plugins.module_utils._staging.layout import (
+    Layout,
+    file_stat,
+    is_commit,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.listing import (
     Listing,
     RepoFile,
@@ -83,14 +87,6 @@ class Result:
         return dict(self.__dict__)
 
 
-def _stat(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
-
-
 def _marker_good(req: Request, lay: Layout) -> tuple[Listing, list[RepoFile]] | None:
     """The marker's listing and the files whose size/mtime moved since (to hash), or None."""
     found = read_marker(lay.marker, req.repo, req.commit)
@@ -99,7 +95,7 @@ def _marker_good(req: Request, lay: Layout) -> tuple[Listing, list[RepoFile]] | 
     listing, mtimes = found
     moved = []
     for entry in listing.files:
-        st = _stat(lay.file(entry.path))
+        st = file_stat(lay.file(entry.path))
         if st is None or st[0] != entry.size:
             return None
         if req.verify == "full" or st[1] != mtimes.get(entry.path):
@@ -124,7 +120,7 @@ def _need(listing: Listing, lay: Layout, good: set[str]) -> int:
     for entry in listing.files:
         if entry.path in good:
             continue
-        part = _stat(lay.part(entry.path))
+        part = file_stat(lay.part(entry.path))
         need += entry.size - (part[0] if part and part[0] <= entry.size else 0)
     return need
 
@@ -159,7 +155,7 @@ def _fetch_one(req: Request, lay: Layout, entry: RepoFile, progress: Progress, r
 def _finish(listing: Listing, lay: Layout, result: Result) -> Result:
     stats = {}
     for entry in listing.files:
-        st = _stat(lay.file(entry.path))
+        st = file_stat(lay.file(entry.path))
         if st is None:
             raise StageError(f"{lay.file(entry.path)} vanished while staging")
         stats[entry.path] = st
