@@ -39,11 +39,14 @@ def _service_records(services: dict[str, Any], restarted: list[str] | None = Non
 
 def _deployment_manifest(plan: dict[str, Any], *, host: str, engine: str, service_manager: str,
                          services: dict[str, Any], ready: dict[str, Any],
-                         previous: dict[str, Any] | None = None, python: str | None = None) -> dict[str, Any]:
+                         previous: dict[str, Any] | None = None, python: str | None = None,
+                         restored: list[str] | None = None) -> dict[str, Any]:
     try:
-        return _manifest.build(host=host, plan=plan, engine=engine, service_manager=service_manager,
-                               services=services or {}, ready=ready or {}, previous=previous or None,
-                               python=python)
+        built = _manifest.build(host=host, plan=plan, engine=engine, service_manager=service_manager,
+                                services=services or {}, ready=ready or {}, previous=previous or None,
+                                python=python)
+        kept = _manifest.with_previous(built, previous or None)
+        return _manifest.restore(kept, previous or None, restored) if restored else kept
     except (KeyError, TypeError, ValueError) as err:
         raise AnsibleFilterError(f"deployment_manifest: malformed plan or service data: {err}") from err
 
@@ -65,10 +68,13 @@ def _deployment_diff(plan: dict[str, Any], previous: dict[str, Any] | None, chan
 
 
 def _rollout_batches(plan: dict[str, Any], restart: list[str], running: list[str], *, policy: str = "parallel",
-                     routed: bool = False, at_once: int = 1) -> dict[str, Any]:
+                     routed: bool = False, at_once: int = 1, canary: int = 0, canary_s: float = 0.0,
+                     guard_s: float = 0.0, canary_alone: bool = True) -> dict[str, Any]:
     """The batches a host's instances are started and replaced in (plugin_utils/_rollout.py)."""
     batches, warnings = rollout_batches(plan, restart or [], running or [], policy=str(policy),
-                                        routed=bool(routed), at_once=int(at_once))
+                                        routed=bool(routed), at_once=int(at_once), canary=int(canary or 0),
+                                        canary_s=float(canary_s or 0), guard_s=float(guard_s or 0),
+                                        canary_alone=bool(canary_alone))
     return {"batches": batches, "warnings": warnings}
 
 

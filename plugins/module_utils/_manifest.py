@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _layout
@@ -281,6 +281,7 @@ def build(
             "nnodes": inst.get("nnodes", 1),
             "rank0": inst.get("rank0", True),
             "argv": inst.get("argv", []),
+            "env_digest": env_digest(inst.get("env")),
             "hicache": hicache,
             "ready_at": ready_at,
             "ready_after_s": ready_after,
@@ -390,4 +391,33 @@ def rollback_targets(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> l
         if name not in names and before.get("ready_at"):
             out.append({"name": name, "can_roll_back": True, "to": served_config(before, old or {}),
                         "reason": "removed by the rollout: start it again with its old configuration"})
+    return out
+
+
+def restore(new: Mapping[str, Any], old: Mapping[str, Any] | None, names: Iterable[str]) -> dict[str, Any]:
+    """``new`` (the manifest of this run) with the records of ``names`` put back to ``old``'s:
+    the instances a rollback returned to their previous configuration. Each keeps this run's
+    pid and ready time (it restarted, or kept running on the old configuration) and gains
+    ``rolled_back``: the configuration it left. When every instance went back, the manifest's
+    profile and release are ``old``'s too. Pure."""
+    earlier = {i.get("name"): i for i in (old or {}).get("instances", []) if isinstance(i, Mapping)}
+    wanted = set(names)
+    out = dict(new)
+    instances = []
+    back = 0
+    for inst in new.get("instances", []):
+        before = earlier.get(inst.get("name"))
+        if inst.get("name") not in wanted or before is None:
+            instances.append(dict(inst))
+            continue
+        record = dict(before)
+        record.update({key: inst[key] for key in ("pid", "ready_at", "ready_after_s") if inst.get(key) is not None})
+        left = served_config(inst, new)
+        left.pop("ready_at", None)
+        record["rolled_back"] = left
+        instances.append(record)
+        back += 1
+    out["instances"] = instances
+    if old and instances and back == len(instances):
+        out.update({key: old.get(key) for key in ("profile", "release")})
     return out

@@ -22,7 +22,7 @@ import pwd
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,9 +190,11 @@ def _atomic_write(path: str, data: bytes, mode: int, uid: int, gid: int) -> None
 
 def write_instances(instances: list[Mapping[str, Any]], *, base_dir: str, profile: str, release: str,
                     engine: str, python: str, secret_env: Mapping[str, str], api_key: str,
-                    owner: Owner, check: bool) -> Outcome:
+                    owner: Owner, check: bool, keep_previous: Collection[str] = ()) -> Outcome:
     """Every instance's files (see the module docstring); ``restart`` lists the instances whose
-    environment, launch script or --config file changed."""
+    environment, launch script or --config file changed. An instance named in ``keep_previous``
+    (its configuration served: the role passes the manifest's ready instances) whose files are
+    about to change has them copied to ``<dir>/previous/`` first, for a rollback."""
     writer = Writer(owner, check)
     if base_dir:
         writer.directory(base_dir, 0o755)
@@ -202,16 +204,99 @@ def write_instances(instances: list[Mapping[str, Any]], *, base_dir: str, profil
         writer.touch(paths["log_file"], 0o600)
         env = {str(k): str(v) for k, v in (inst.get("env") or {}).items()}
         env.update({key: str(secret_env[key]) for key in inst.get("env_secrets") or [] if key in secret_env})
-        touched = writer.content(paths["env_file"], env_text(name, env), 0o600, secret=True)
-        script = launch_text(inst, profile=profile, release=release, engine=engine, python=python)
-        touched = writer.content(paths["launch_script"], script, 0o750, validate=["bash", "-n"]) or touched
+        texts = {"env_file": env_text(name, env),
+                 "launch_script": launch_text(inst, profile=profile, release=release, engine=engine, python=python)}
         if inst.get("secrets"):
-            touched = writer.content(paths["secrets_file"], secrets_text(api_key), 0o600, secret=True) or touched
+            texts["secrets_file"] = secrets_text(api_key)
+        if name in keep_previous and not check and _differs(paths, texts):
+            _snapshot(paths, owner)
+        touched = writer.content(paths["env_file"], texts["env_file"], 0o600, secret=True)
+        touched = writer.content(paths["launch_script"], texts["launch_script"], 0o750,
+                                 validate=["bash", "-n"]) or touched
+        if "secrets_file" in texts:
+            touched = writer.content(paths["secrets_file"], texts["secrets_file"], 0o600, secret=True) or touched
         else:
             writer.absent(paths["secrets_file"])
         if touched:
             writer.outcome.restart.append(name)
     return writer.outcome
+
+
+# --------------------------------------------------------------------------------------------
+# The previous configuration's files, for a rollback without planning input
+
+PREVIOUS, ROLLED_BACK = "previous", "rolled-back"
+SNAPSHOT_KEYS = ("env_file", "launch_script", "secrets_file")
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _differs(paths: Mapping[str, str], texts: Mapping[str, str]) -> bool:
+    """Whether writing ``texts`` would change a file that exists now (a first deploy has nothing to keep)."""
+    if _read(paths["launch_script"]) is None:
+        return False
+    return any(_read(paths[key]) != (texts[key].encode() if key in texts else None) for key in SNAPSHOT_KEYS)
+
+
+def _snapshot(paths: Mapping[str, str], owner: Owner) -> None:
+    """Copy the instance's env file, launch script and --config file to ``<dir>/previous/``
+    (replacing an older copy whole: a file the configuration did not have is not left there)."""
+    folder = os.path.join(paths["dir"], PREVIOUS)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    uid, gid = owner.ids()
+    for key in SNAPSHOT_KEYS:
+        target = os.path.join(folder, os.path.basename(paths[key]))
+        data = _read(paths[key])
+        if data is None:
+            if os.path.exists(target):
+                os.unlink(target)
+            continue
+        _atomic_write(target, data, os.stat(paths[key]).st_mode & 0o777, uid, gid)
+
+
+def has_previous(paths: Mapping[str, str]) -> bool:
+    """Whether ``<dir>/previous/`` holds a launch script to go back to."""
+    return os.path.isfile(os.path.join(paths["dir"], PREVIOUS, os.path.basename(paths["launch_script"])))
+
+
+def restore_previous(instances: list[Mapping[str, Any]], names: Collection[str], check: bool) -> dict[str, list[str]]:
+    """Put each named instance's ``previous/`` files back in place; the files they replace go to
+    ``<dir>/rolled-back/`` (kept: what was rolled back stays readable). ``{restored, missing}``:
+    ``missing`` names the instances without a previous copy (their files are left alone)."""
+    restored: list[str] = []
+    missing: list[str] = []
+    for inst in instances:
+        name, paths = str(inst["name"]), inst["paths"]
+        if name not in names:
+            continue
+        if not has_previous(paths):
+            missing.append(name)
+            continue
+        restored.append(name)
+        if check:
+            continue
+        aside = os.path.join(paths["dir"], ROLLED_BACK)
+        os.makedirs(aside, mode=0o700, exist_ok=True)
+        for key in SNAPSHOT_KEYS:
+            base = os.path.basename(paths[key])
+            if os.path.exists(paths[key]):
+                os.replace(paths[key], os.path.join(aside, base))
+            elif os.path.exists(os.path.join(aside, base)):
+                os.unlink(os.path.join(aside, base))
+            kept = os.path.join(paths["dir"], PREVIOUS, base)
+            if os.path.exists(kept):
+                os.replace(kept, paths[key])
+        try:
+            os.rmdir(os.path.join(paths["dir"], PREVIOUS))
+        except OSError:
+            pass  # a file someone put there: left in place
+    return {"restored": restored, "missing": missing}
 
 
 def stamp_matches(path: str, digest: str) -> bool:

@@ -77,6 +77,23 @@ options:
   manifest_path:
     description: Where the manifest goes.
     type: path
+  keep_previous:
+    description:
+      - Instances whose current configuration served (the server role passes the manifest's
+        instances that became ready). When their files are about to change, the env file,
+        launch script and C(--config) file are copied to C(<dir>/previous/) first, so that a
+        rollback needs no planning input (O(rollback), C(playbooks/rollback.yml)).
+    type: list
+    elements: str
+    default: []
+  rollback:
+    description:
+      - Instances to put back on their previous configuration - their C(<dir>/previous/) files
+        go back in place and the files they replace are kept in C(<dir>/rolled-back/). Nothing
+        else is written then. Returns C(restored) and C(missing) (no previous copy) and, as
+        C(restart), the instances restored. O(instances) gives their paths.
+    type: list
+    elements: str
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
@@ -113,6 +130,16 @@ files:
   returned: always
   type: list
   elements: str
+restored:
+  description: With O(rollback), the instances whose previous files went back in place.
+  returned: with O(rollback)
+  type: list
+  elements: str
+missing:
+  description: With O(rollback), the instances that had no previous copy (left alone).
+  returned: with O(rollback)
+  type: list
+  elements: str
 engine_current:
   description: Whether the engine root holds the files of O(engine_stamp)'s digest (null without it).
   returned: always
@@ -125,6 +152,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._serverfiles import (
     Owner,
+    restore_previous,
     stamp_matches,
     write_instances,
     write_manifest,
@@ -149,6 +177,8 @@ def main() -> None:
             "engine_stamp": {"type": "dict"},
             "manifest": {"type": "dict"},
             "manifest_path": {"type": "path"},
+            "keep_previous": {"type": "list", "elements": "str", "default": []},
+            "rollback": {"type": "list", "elements": "str"},
         },
         required_together=[("manifest", "manifest_path")],
         supports_check_mode=True,
@@ -156,6 +186,9 @@ def main() -> None:
     params = module.params
     owner = Owner(params["owner"], params["group"])
     try:
+        if params["rollback"] is not None:
+            back = restore_previous(params["instances"], params["rollback"], module.check_mode)
+            module.exit_json(changed=bool(back["restored"]), restart=back["restored"], **back)
         if params["manifest"] is not None:
             outcome = write_manifest(params["manifest_path"], params["manifest"], Owner(), module.check_mode)
         else:
@@ -168,7 +201,8 @@ def main() -> None:
                                       profile=params["profile"], release=params["release"],
                                       engine=params["engine"], python=params["python"],
                                       secret_env=params["secret_env"], api_key=params["api_key"],
-                                      owner=owner, check=module.check_mode)
+                                      owner=owner, check=module.check_mode,
+                                      keep_previous=params["keep_previous"])
     except (OSError, KeyError, ValueError) as exc:
         module.fail_json(msg=f"writing the instances' files: {exc}")
     stamp = params["engine_stamp"]

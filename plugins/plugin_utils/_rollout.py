@@ -26,11 +26,19 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
 
 def rollout_batches(plan: Mapping[str, Any], restart: Sequence[str], running: Sequence[str], *,
                     policy: str = "parallel", routed: bool = False, at_once: int = 1,
+                    canary: int = 0, canary_s: float = 0.0, guard_s: float = 0.0, canary_alone: bool = True,
                     ) -> tuple[list[dict[str, Any]], list[str]]:
-    """([{instances: [plan instances], restart: [names to stop first], replace: bool}], warnings).
+    """([{instances: [plan instances], restart: [names to stop first], replace: bool, canary:
+    bool, guard_s: seconds}], warnings).
 
     ``restart``: the instances whose script, environment or engine changed; ``running``: the
-    instances that run now (only those are stopped and, behind a router, drained).
+    instances that run now (only those are stopped and, behind a router, drained). Behind
+    routers, ``canary`` > 0 (this host carries the rollout's canary) makes the first batch of
+    replaced instances the canary, ``canary`` of them (at most ``at_once``), watched for
+    ``canary_s`` seconds; every other batch of replaced instances is watched for ``guard_s``
+    (0: not watched). A canary needs its host alone in its batch of hosts (``canary_alone``:
+    else other hosts would change during its window): without that it is not made, with a
+    warning. docs/fleet.md "Canary, guard and rollback".
     """
     instances = list(plan.get("instances") or [])
     by_name = {i["name"]: i for i in instances}
@@ -39,10 +47,10 @@ def rollout_batches(plan: Mapping[str, Any], restart: Sequence[str], running: Se
     restarted_stopped = [n for n in fresh if n in restart]  # changed but not running: just start
     warnings: list[str] = []
 
-    def batch(names: list[str], replacing: bool) -> dict[str, Any]:
+    def batch(names: list[str], replacing: bool, watch: float = 0.0, first: bool = False) -> dict[str, Any]:
         return {"instances": [by_name[n] for n in names],
                 "restart": [n for n in names if n in replace or n in restarted_stopped],
-                "replace": replacing}
+                "replace": replacing, "canary": first, "guard_s": float(watch) if replacing else 0.0}
 
     if not routed:
         names = [i["name"] for i in instances]
@@ -57,7 +65,17 @@ def rollout_batches(plan: Mapping[str, Any], restart: Sequence[str], running: Se
     if fresh:
         groups = [fresh] if policy == "parallel" else [[n] for n in fresh]
         batches += [batch(g, False) for g in groups]
-    batches += [batch(g, True) for g in _chunks(replace, size)]
+    chunks = _chunks(replace, size)
+    if canary > 0 and replace and not canary_alone:
+        warnings.append(f"sglang_rollout_canary={canary}: no canary, this host is not alone in its batch of hosts "
+                        "(deploy.yml's serial puts it alone only when sglang_rollout_canary is an extra var: "
+                        "-e sglang_rollout_canary=N)")
+        canary = 0
+    if canary > 0 and replace:
+        first = min(int(canary), size)
+        chunks = [replace[:first]] + _chunks(replace[first:], size)
+    batches += [batch(g, True, canary_s if (canary > 0 and i == 0) else guard_s, canary > 0 and i == 0)
+                for i, g in enumerate(g for g in chunks if g)]
     return batches, warnings
 
 

@@ -76,3 +76,17 @@ def test_rollback_targets() -> None:
     assert not alone["gpu2"]["can_roll_back"]
     # nothing changed: nothing to go back to
     assert not any(t["can_roll_back"] for t in m.rollback_targets(OLD, m.with_previous(OLD, OLD)))
+
+
+def test_restore_puts_the_old_records_back_with_this_runs_pids() -> None:
+    new = manifest("0.5.23", [("gpu0", ["--tp", "1", "--flag"], "t9"), ("gpu1", ["--tp", "1", "--flag"], None)])
+    new["instances"][0]["pid"] = 42
+    out = m.restore(m.with_previous(new, OLD), OLD, ["gpu0", "gpu1"])
+    gpu0, gpu1 = out["instances"]
+    assert gpu0["argv"] == ["--tp", "1"] and gpu0["pid"] == 42 and gpu0["ready_at"] == "t9"
+    assert gpu0["rolled_back"]["argv"] == ["--tp", "1", "--flag"] and gpu0["rolled_back"]["release"] == "0.5.23"
+    assert gpu1["argv"] == ["--tp", "1"] and gpu1["ready_at"] == "t1"  # kept running: its old ready time
+    assert out["release"] == "0.5.17"  # every instance went back
+    partial = m.restore(new, OLD, ["gpu0"])
+    assert partial["release"] == "0.5.23" and partial["instances"][1]["argv"] == ["--tp", "1", "--flag"]
+    assert m.restore(new, None, ["gpu0"])["instances"][0]["argv"] == ["--tp", "1", "--flag"]  # nothing to go back to

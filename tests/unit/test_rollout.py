@@ -84,3 +84,24 @@ def test_no_floor_and_hosts_of_one_instance() -> None:
     assert capacity_floor(hosts=4, per_host=1, batch="100%")["requested_kept"] == 0
     assert capacity_floor(hosts=4, per_host=1, min_available="50%", batch=2)["max_hosts"] == 2
     assert out_per_host(4, 9) == 3 and out_per_host(1, 1) == 1
+
+
+def test_canary_is_the_first_replaced_batch_and_other_batches_are_guarded() -> None:
+    running = ["gpu0", "gpu1", "gpu2", "gpu3"]
+    batches, warnings = rollout_batches(PLAN, running, running, routed=True, at_once=2, canary=1, canary_s=60,
+                                        guard_s=30)
+    assert _names(batches) == [(["gpu0"], ["gpu0"], True), (["gpu1", "gpu2"], ["gpu1", "gpu2"], True),
+                               (["gpu3"], ["gpu3"], True)]
+    assert [(b["canary"], b["guard_s"]) for b in batches] == [(True, 60.0), (False, 30.0), (False, 30.0)]
+    assert warnings == []
+    # the canary is at most at_once; new instances are never watched
+    batches, _ = rollout_batches(PLAN, ["gpu0", "gpu3"], ["gpu0", "gpu1", "gpu2"], routed=True, canary=5, canary_s=60)
+    assert [(b["restart"], b["canary"], b["guard_s"]) for b in batches] == [
+        (["gpu3"], False, 0.0), (["gpu0"], True, 60.0)]  # gpu1..gpu3 start (or keep running) first
+
+
+def test_no_canary_when_the_host_is_not_alone_in_its_batch() -> None:
+    running = ["gpu0", "gpu1"]
+    batches, warnings = rollout_batches({"instances": PLAN["instances"][:2]}, running, running, routed=True,
+                                        canary=1, canary_s=60, canary_alone=False)
+    assert not any(b["canary"] for b in batches) and "-e sglang_rollout_canary" in warnings[0]

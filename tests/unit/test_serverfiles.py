@@ -96,3 +96,42 @@ def test_manifest_and_stamp(tmp_path: Path) -> None:
     assert not stamp_matches(str(stamp), "abc")
     stamp.write_text("abc")
     assert stamp_matches(str(stamp), "abc") and not stamp_matches(str(stamp), "abd")
+
+
+def test_files_that_served_are_kept_and_a_rollback_puts_them_back(tmp_path: Path) -> None:
+    base = tmp_path / "sglang"
+    old = [_inst(base, "gpu0", secrets=True), _inst(base, "gpu1")]
+    _write(base, old)
+    before = {key: Path(old[0]["paths"][key]).read_bytes() for key in ("env_file", "launch_script", "secrets_file")}
+    new = [dict(i, argv=i["argv"] + ["--enable-metrics"]) for i in old]
+    out = _write(base, new, keep_previous=["gpu0"])  # gpu1 never served: nothing kept
+    assert sorted(out.restart) == ["gpu0", "gpu1"]
+    assert _serverfiles.has_previous(old[0]["paths"]) and not _serverfiles.has_previous(old[1]["paths"])
+    assert "--enable-metrics" in Path(old[0]["paths"]["launch_script"]).read_text()
+    # a re-run with nothing changed keeps the copy as it is
+    _write(base, new, keep_previous=["gpu0"])
+    kept = Path(old[0]["paths"]["dir"]) / "previous" / "launch.sh"
+    assert kept.read_bytes() == before["launch_script"]
+
+    back = _serverfiles.restore_previous(new, ["gpu0", "gpu1"], check=False)
+    assert back == {"restored": ["gpu0"], "missing": ["gpu1"]}
+    for key, data in before.items():
+        assert Path(old[0]["paths"][key]).read_bytes() == data
+    assert os.stat(old[0]["paths"]["secrets_file"]).st_mode & 0o777 == 0o600
+    aside = Path(old[0]["paths"]["dir"]) / "rolled-back" / "launch.sh"
+    assert "--enable-metrics" in aside.read_text()  # what was rolled back stays readable
+    assert not _serverfiles.has_previous(old[0]["paths"])
+    # the old files render again as they are: the next deploy of the old variables changes nothing
+    assert _write(base, old).restart == ["gpu1"]
+
+
+def test_check_mode_neither_keeps_nor_restores(tmp_path: Path) -> None:
+    base = tmp_path / "sglang"
+    old = [_inst(base, "gpu0")]
+    _write(base, old)
+    new = [dict(old[0], argv=["--x"])]
+    _write(base, new, check=True, keep_previous=["gpu0"])
+    assert not _serverfiles.has_previous(old[0]["paths"])
+    _write(base, new, keep_previous=["gpu0"])
+    assert _serverfiles.restore_previous(new, ["gpu0"], check=True) == {"restored": ["gpu0"], "missing": []}
+    assert "--x" in Path(old[0]["paths"]["launch_script"]).read_text()

@@ -193,6 +193,10 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
                                     {"venv": install["venv"], "requirements": install["packages"]}),
         "previous": previous,
         "running": running,
+        # instances whose current configuration served (ready in the manifest): their files are
+        # kept in <dir>/previous/ when this run changes them, for a rollback (server_files)
+        "served": [i.get("name") for i in (previous or {}).get("instances") or []
+                   if isinstance(i, dict) and i.get("ready_at") and i.get("name")],
         "engine_files": engine_bundle(plan["release"], plan["engine_root"]) if settings.get("engine") == "sim" else None,
     })
     return plan

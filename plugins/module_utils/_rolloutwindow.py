@@ -1,0 +1,77 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""One rollout guard window, measured where the router stands (module llmops.sglang.rollout_window).
+
+Every instance's ``/metrics`` is read at the start and at the end of the window, and its
+``sglang:num_running_reqs`` gauge is sampled in between (the guard's throughput per running
+request needs the window's mean, which two scrapes cannot give). The router's own ``/metrics``
+(its per-worker circuit-breaker outcomes) is read at both ends when asked. Every instance is
+read in the same pass, so canary and baseline cover the same seconds of the fleet's traffic.
+
+The texts are returned as read: the decision (plugins/plugin_utils/_guard.py) is made on the
+controller. SGLang serves ``/metrics`` without an API key; a key is sent when given (a proxy
+in front may ask for one). A scrape that fails is reported with its error, never guessed.
+
+Stdlib only; runs on the host (Python >= 3.10).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils._deploy import http_get
+from ansible_collections.llmops.sglang.plugins.module_utils._servermetrics import parse, total
+
+Getter = Callable[[str, float, "str | None"], tuple[int, bytes]]
+
+
+def _scrape(url: str, timeout: float, api_key: str | None, getter: Getter) -> tuple[str | None, str | None]:
+    """(text, None) or (None, why)."""
+    status, body = getter(url.rstrip("/") + "/metrics", timeout, api_key)
+    if status == 200:
+        return body.decode("utf-8", "replace"), None
+    if status == 0:
+        return None, body.decode("utf-8", "replace") or "no answer"
+    return None, f"HTTP {status} from {url}/metrics (is --enable-metrics set?)"
+
+
+def measure(urls: list[str], seconds: float, *, interval: float = 1.0, router_metrics_url: str | None = None,
+            api_key: str | None = None, timeout: float = 10.0, getter: Getter = http_get,
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+            ) -> dict[str, Any]:
+    """``{seconds, instances: {url: {start, end, running_mean, running_samples, error}}, router:
+    {start, end, error} | None}``: start and end texts of each URL's /metrics over ``seconds``
+    (measured with the monotonic clock), running requests sampled every ``interval`` seconds."""
+    urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
+    out: dict[str, dict[str, Any]] = {u: {"start": None, "end": None, "running_mean": None,
+                                          "running_samples": 0, "error": None} for u in urls}
+    router: dict[str, Any] | None = None
+    if router_metrics_url:
+        text, error = _scrape(router_metrics_url, timeout, None, getter)
+        router = {"start": text, "end": None, "error": error}
+    begin = clock()
+    running: dict[str, list[float]] = {u: [] for u in urls}
+    for url in urls:
+        out[url]["start"], out[url]["error"] = _scrape(url, timeout, api_key, getter)
+    while clock() - begin < seconds:
+        sleep(max(0.0, min(interval, seconds - (clock() - begin))))
+        if clock() - begin >= seconds:
+            break
+        for url in urls:
+            text, _error = _scrape(url, timeout, api_key, getter)
+            value = total(parse(text), "num_running_reqs") if text else None
+            if value is not None:
+                running[url].append(value)
+    for url in urls:
+        text, error = _scrape(url, timeout, api_key, getter)
+        out[url]["end"] = text
+        out[url]["error"] = out[url]["error"] or error
+        if running[url]:
+            out[url]["running_mean"] = sum(running[url]) / len(running[url])
+            out[url]["running_samples"] = len(running[url])
+    elapsed = clock() - begin
+    if router is not None and router_metrics_url:
+        text, error = _scrape(router_metrics_url, timeout, None, getter)
+        router["end"], router["error"] = text, router["error"] or error
+    return {"seconds": round(elapsed, 3), "instances": out, "router": router}
