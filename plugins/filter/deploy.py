@@ -9,6 +9,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _rollback
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import rollout_batches
 
 
@@ -100,6 +101,22 @@ def _status_line(status: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _rollback_plan(manifest: dict[str, Any] | None, running: list[str] | None = None, *, ready_timeout: Any = 0,
+                   time_scale: Any = 1.0, only: list[str] | None = None) -> dict[str, Any]:
+    """A host's manifest -> what its rollback restarts (plugin_utils/_rollback.py)."""
+    try:
+        return _rollback.plan(manifest, running or [], ready_timeout=ready_timeout, time_scale=time_scale,
+                              only=only or None)
+    except _rollback.RollbackError as err:
+        raise AnsibleFilterError(f"rollback_plan: {err}") from err
+
+
+def _deployment_rolled_back(manifest: dict[str, Any], names: list[str], services: dict[str, Any] | None = None,
+                            ready: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest after a rollback on demand (plugin_utils/_rollback.py)."""
+    return _rollback.rolled_back(manifest, names or [], services or {}, ready or {})
+
+
 class FilterModule:
     """Deployment filters."""
 
@@ -109,6 +126,8 @@ class FilterModule:
             "deployment_diff": _deployment_diff,
             "service_records": _service_records,
             "rollout_batches": _rollout_batches,
+            "rollback_plan": _rollback_plan,
+            "deployment_rolled_back": _deployment_rolled_back,
             "endpoint": _endpoint,
             "status_line": _status_line,
         }
