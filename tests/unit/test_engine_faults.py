@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -289,3 +297,55 @@ def test_server_info_reports_the_faults() -> None:
 
     sim = asyncio.run(main())["llmops_sim"]
     assert sim["fail_share"] == 0.25 and sim["decode_slowdown"] == 2.0
+
+
+def _http(method: str, url: str, body: Any = None) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_engine_process_takes_the_faults_from_its_environment(tmp_path: Path) -> None:
+    """The whole path a deploy uses: the instance's environment -> cli -> the serving engine."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, LLMOPS_SGLANG_RELEASE=RELEASE, LLMOPS_SIM_GPUS="NVIDIA H200",
+               CUDA_VISIBLE_DEVICES="0", LLMOPS_SIM_TIME_SCALE="0.001",
+               LLMOPS_SIM_HOST_MEM_AVAILABLE_GB="200",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "collections"), os.environ.get("PYTHONPATH", "")]),
+               **{FAIL_SHARE_ENV: "0.5", DECODE_SLOWDOWN_ENV: "2"})
+    with open(tmp_path / "engine.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ansible_collections.llmops.sglang.plugins."
+                                 "module_utils._engine", "--model-path", str(MODEL), "--port",
+                                 str(port), "--enable-metrics"], env=env, stdout=log, stderr=log)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60  # a bound on a hang, not a measurement
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if _http("GET", base + "/health")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            info = json.loads(_http("GET", base + "/server_info")[1])
+            statuses = [_http("POST", base + "/generate", {
+                "text": "hi", "sampling_params": {"max_new_tokens": 2}})[0] for _ in range(4)]
+            metrics = _http("GET", base + "/metrics")[1].decode()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+    assert info["llmops_sim"]["fail_share"] == 0.5 and info["llmops_sim"]["decode_slowdown"] == 2.0
+    assert statuses == [200, 500, 200, 500]
+    assert _responses(metrics)[("/generate", "500")] == 2
+    assert "Error in request: injected fault: LLMOPS_SIM_FAIL_SHARE=0.5" in (tmp_path / "engine.log").read_text()
