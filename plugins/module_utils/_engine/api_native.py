@@ -143,6 +143,9 @@ async def generate(engine: Engine, request: ApiRequest) -> Reply | Stream:
     busy = not_ready(engine.state)
     if busy is not None:
         return busy
+    failure = engine.fail_gate.fail_next(engine.log)  # LLMOPS_SIM_FAIL_SHARE: before any token
+    if failure is not None:
+        return Reply({"error": {"message": failure}}, 500)
     sub = engine.scheduler.submit(prompts, max_new, stream, seed=params.get("seed"))
     if stream:
         return Stream(_chunks(engine, sub), sub.cancel)

@@ -15,6 +15,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.replies impo
     Reply,
     Stream,
     bad_request,
+    internal_error,
     not_ready,
     serving_error,
 )
@@ -75,6 +76,12 @@ def _common(body: dict[str, Any], errors: list[dict[str, Any]],
         errors.append(err("model_type", "stream_options", "Input should be a valid "
                           "dictionary or instance of StreamOptions", options))
     return (max_tokens if max_tokens is not None else -1), stream, ignore_eos, n
+
+
+def _injected_failure(engine: Engine) -> Reply | None:
+    """``LLMOPS_SIM_FAIL_SHARE``: this request's 500 (before any token), or None."""
+    message = engine.fail_gate.fail_next(engine.log)
+    return None if message is None else internal_error(message)
 
 
 def _admit(engine: Engine, body: dict[str, Any], prompts: Prompts, max_tokens: int,
@@ -151,7 +158,7 @@ async def completions(engine: Engine, request: ApiRequest) -> Reply | Stream:
         return bad_request(request, exc)
     except ServingError as exc:
         return serving_error(str(exc))
-    busy = not_ready(engine.state)
+    busy = not_ready(engine.state) or _injected_failure(engine)
     if busy is not None:
         return busy
     call = _admit(engine, body, prompts, max_tokens, stream)
@@ -235,7 +242,7 @@ async def chat(engine: Engine, request: ApiRequest) -> Reply | Stream:
         return bad_request(request, exc)
     except ServingError as exc:
         return serving_error(str(exc))
-    busy = not_ready(engine.state)
+    busy = not_ready(engine.state) or _injected_failure(engine)
     if busy is not None:
         return busy
     call = _admit(engine, body, prompts, max_tokens, stream)

@@ -11,7 +11,8 @@ serves only the placeholder routes (``follower``).
 
 Environment (never SGLang flags): LLMOPS_SGLANG_RELEASE, LLMOPS_SIM_GPUS, CUDA_VISIBLE_DEVICES,
 LLMOPS_SIM_TIME_SCALE, LLMOPS_SIM_HOST_MEM_AVAILABLE_GB, LLMOPS_SIM_ACCEPT_LENGTH,
-LLMOPS_SIM_LISTEN. See docs/engine-api.md.
+LLMOPS_SIM_LISTEN, and the injected faults LLMOPS_SIM_FAIL_SHARE and LLMOPS_SIM_DECODE_SLOWDOWN
+(``faults``). See docs/engine-api.md.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _rele
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile, fleet, host, perfmodel
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.config import EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.faults import Faults
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.follower import Follower
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.procs import EngineProcs
@@ -52,6 +54,7 @@ class Started:
     sock: socket.socket
     time_scale: float
     topology: fleet.Topology | None  # several nodes: where this one stands
+    faults: Faults  # LLMOPS_SIM_FAIL_SHARE, LLMOPS_SIM_DECODE_SLOWDOWN
 
 
 def _parse(argv: list[str], release: str) -> tuple[dict[str, Any], dict[str, Any]] | int:
@@ -120,13 +123,14 @@ def _plan(args: dict[str, Any], model_config: dict[str, Any], gpu: perfmodel.Gpu
 
 def _start(args: dict[str, Any], release: str, traits: dict[str, Any], log: Log,
            time_scale: float) -> Started | int:
-    """Model, GPU, plan and socket; the exit code 1 when one fails."""
+    """Injected faults, model, GPU, plan and socket; the exit code 1 when one fails."""
     try:
         topology = fleet.Topology.from_args(args)
     except ValueError as exc:  # NetworkAddress.parse, in the scheduler
         log.error(f"ValueError: {exc}")
         return 1
     try:
+        faults = Faults.from_env()
         model_config, gpu_name, gpu = _model_and_gpu(args)
         plan = _plan(args, model_config, gpu, release, log)
         if plan is None:
@@ -136,7 +140,7 @@ def _start(args: dict[str, Any], release: str, traits: dict[str, Any], log: Log,
         log.error(str(exc))
         return 1
     return Started(args, release, traits, model_config, gpu_name, plan, sock, time_scale,
-                   topology)
+                   topology, faults)
 
 
 async def _serve_api(started: Started, procs: EngineProcs, log: Log, http: ModuleType) -> int:
@@ -144,7 +148,7 @@ async def _serve_api(started: Started, procs: EngineProcs, log: Log, http: Modul
     engine = Engine(EngineConfig.build(
         args=started.args, plan=started.plan, gpu_name=started.gpu_name,
         release=started.release, traits=started.traits, model_config=started.model_config,
-        time_scale=started.time_scale), log)
+        time_scale=started.time_scale, faults=started.faults), log)
     listen_early = os.environ.get("LLMOPS_SIM_LISTEN", "early").lower() != "ready"
     schedule = startup_schedule(started.args, started.plan, started.traits)
     meeting = fleet.Rendezvous(started.topology) if started.topology is not None else None

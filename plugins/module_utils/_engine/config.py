@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.faults import Faults
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel import EnginePlan
 
 
@@ -33,11 +34,12 @@ class EngineConfig:
     graph_max_bs: int
     radix_cache: bool  # the prefix cache (off with --disable-radix-cache)
     host_kv_tokens: int = 0  # the HiCache host KV pool (0 without HiCache)
+    faults: Faults = Faults()  # injected faults (LLMOPS_SIM_FAIL_SHARE, ..._DECODE_SLOWDOWN)
 
     @classmethod
     def build(cls, *, args: dict[str, Any], plan: EnginePlan, gpu_name: str, release: str,
               traits: dict[str, Any], model_config: dict[str, Any], time_scale: float,
-              ) -> EngineConfig:
+              faults: Faults | None = None) -> EngineConfig:
         model_path = str(args.get("model_path"))
         hybrid = plan.shape.is_hybrid
         return cls(
@@ -51,6 +53,7 @@ class EngineConfig:
             graph_max_bs=int(plan.cuda_graph_max_bs),
             radix_cache=not args.get("disable_radix_cache"),
             host_kv_tokens=host_kv_tokens(plan),
+            faults=faults or Faults(),
         )
 
 

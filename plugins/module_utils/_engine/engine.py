@@ -9,6 +9,7 @@ import asyncio
 import time
 
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.config import EngineConfig
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.faults import FailureGate
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.metrics import EngineMetrics
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.scheduler import RequestScheduler
@@ -23,6 +24,7 @@ class Engine:
         self.state = "loading"  # loading -> warmup -> ready -> stopping
         self.metrics = EngineMetrics(hicache_total=config.host_kv_tokens)
         self.scheduler = RequestScheduler(config, self.metrics, log)
+        self.fail_gate = FailureGate(config.faults.fail_share)  # LLMOPS_SIM_FAIL_SHARE
         self.stop_event = asyncio.Event()
         self.started_wall = time.time()
         self.ready_wall: float | None = None

@@ -170,7 +170,8 @@ def server_info(engine: Engine) -> dict[str, Any]:
         "version": config.release,
         "kv_events": None,
         "llmops_sim": {"time_scale": config.time_scale, "gpu": config.gpu_name,
-                       "release": config.release, "accept_length": config.plan.accept_length},
+                       "release": config.release, "accept_length": config.plan.accept_length,
+                       **config.faults.as_dict()},
     })
     return info
 

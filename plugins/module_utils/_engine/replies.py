@@ -2,7 +2,8 @@
 # Apache-2.0 (see LICENSE)
 """What an API handler gives back, free of the HTTP framework: a JSON ``Reply`` or an SSE
 ``Stream`` of JSON objects (the server writes ``data: [DONE]`` after the last one), and the
-recorded error bodies: pydantic's 400, the serving layer's 400 and the 503 while not ready."""
+recorded error bodies: pydantic's 400, the serving layer's 400 and 500, and the 503 while not
+ready."""
 from __future__ import annotations
 
 import json
@@ -48,6 +49,13 @@ def bad_request(request: ApiRequest, exc: ValidationError) -> Reply:
 def serving_error(message: str) -> Reply:
     return Reply({"object": "error", "message": message, "type": "BadRequestError",
                   "param": None, "code": 400}, 400)
+
+
+def internal_error(message: str) -> Reply:
+    """The 500 of the OpenAI serving layer when handling a request raised
+    (``OpenAIServingBase.handle_request``: ``Internal server error: <exception>``)."""
+    return Reply({"object": "error", "message": f"Internal server error: {message}",
+                  "type": "InternalServerError", "param": None, "code": 500}, 500)
 
 
 def not_ready(state: str) -> Reply | None:

@@ -156,7 +156,8 @@ class RequestScheduler:
         self.cache = new_prefix_cache(config)
         self.reqs: dict[str, Req] = {}
         self.prefix = PrefixHook(self.cache, self.reqs, metrics)
-        self.sched = Scheduler(config.plan, prefix=self.prefix if self.cache is not None else None)
+        self.sched = Scheduler(config.plan, prefix=self.prefix if self.cache is not None else None,
+                               decode_slowdown=config.faults.decode_slowdown)
         self.wake = asyncio.Event()
         self.stats = BatchStats()
         self.flushing = False  # a /flush_cache waiting for idle

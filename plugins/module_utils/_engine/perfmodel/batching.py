@@ -71,11 +71,16 @@ class Scheduler:
     so a burst of requests arrives spread out: the first is prefilled alone, the rest in the
     next prefill (what the H200 run shows). While requests decode, the front end overlaps the
     GPU; with nothing running, the wait is part of the next prefill step's ``dt``.
+
+    ``decode_slowdown`` multiplies every decode step's modelled time (an injected fault,
+    ``LLMOPS_SIM_DECODE_SLOWDOWN``; 1: the model as planned).
     """
 
-    def __init__(self, plan: EnginePlan, prefix: PrefixHook | None = None) -> None:
+    def __init__(self, plan: EnginePlan, prefix: PrefixHook | None = None,
+                 decode_slowdown: float = 1.0) -> None:
         self.plan = plan
         self.prefix = prefix
+        self.decode_slowdown = float(decode_slowdown)
         self._queue: deque[_Req] = deque()
         self._running: list[_Req] = []
         self._clock = 0.0
@@ -183,6 +188,7 @@ class Scheduler:
     def _decode(self) -> StepResult:
         """One decode / verify round of every running request."""
         dt = decode_step_seconds(self.plan, len(self._running), self.tokens_in_use)
+        dt *= self.decode_slowdown
         result = StepResult(dt=dt)
         spec = self.plan.spec_algorithm is not None
         still: list[_Req] = []
