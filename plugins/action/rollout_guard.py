@@ -25,7 +25,7 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("canary", "seconds", "thresholds", "on_inconclusive", "router_host",
-                             "router_metrics_url", "interval", "api_key", "report_dir", "phase", "changed"))
+                             "router_metrics_url", "interval", "api_key", "report_dir", "phase", "changed", "probe_rate"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -53,6 +53,7 @@ class ActionModule(ActionBase):
         window = self._execute_module(
             module_name="llmops.sglang.rollout_window", task_vars=task_vars,
             module_args={"urls": picked["canary"] + picked["baseline"], "seconds": seconds, "interval": interval,
+                         "probe_rate": float(args.get("probe_rate") or 0),
                          "router_metrics_url": args.get("router_metrics_url") or None,
                          **({"api_key": args["api_key"]} if args.get("api_key") else {})})
         if window.get("failed") or window.get("unreachable"):

@@ -56,6 +56,11 @@ options:
   router_metrics_url:
     description: The router's Prometheus URL, for its per-worker outcomes (what a server cannot see, such as refused connections).
     type: str
+  probe_rate:
+    description: C(sglang_rollout_guard_probe_rate) - requests per second of synthetic load sent to every
+      watched instance alike during the window (0 - none); said in the verdict's lines.
+    type: float
+    default: 0
   interval:
     description: Seconds between samples of the running-requests gauge.
     type: float

@@ -41,6 +41,13 @@ options:
     description: Seconds one scrape may take.
     type: float
     default: 10
+  probe_rate:
+    description:
+      - Requests per second sent to every watched instance alike during the window (a short
+        synthetic load, each request its own prompt of 16 tokens out), for when the routers'
+        traffic is too low to judge; 0 - none. Bounded to O(probe_rate) x O(seconds) per instance.
+    type: float
+    default: 0
 extends_documentation_fragment:
   - llmops.sglang.server_api
 attributes:
@@ -70,6 +77,10 @@ instances:
     C(running_mean) and C(running_samples) (the gauge sampled in between) and C(error).
   returned: always
   type: dict
+probe:
+  description: With O(probe_rate), C(rate) and per URL C(sent), C(failed) and the first C(errors); null without.
+  returned: always
+  type: dict
 router:
   description: The router's C(start) and C(end) texts and C(error); null without O(router_metrics_url).
   returned: always
@@ -89,6 +100,7 @@ def main() -> None:
             "interval": {"type": "float", "default": 1.0},
             "router_metrics_url": {"type": "str"},
             "timeout": {"type": "float", "default": 10},
+            "probe_rate": {"type": "float", "default": 0},
             "api_key": {"type": "str", "no_log": True},
         },
         supports_check_mode=True,
@@ -101,7 +113,7 @@ def main() -> None:
         module.exit_json(changed=False, seconds=0.0, instances={}, router=None)
     result = measure(params["urls"], params["seconds"], interval=params["interval"],
                      router_metrics_url=params["router_metrics_url"], api_key=params["api_key"],
-                     timeout=params["timeout"])
+                     timeout=params["timeout"], probe_rate=max(0.0, params["probe_rate"]))
     module.exit_json(changed=False, **result)
 
 

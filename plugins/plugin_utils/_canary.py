@@ -104,7 +104,7 @@ def judge(window: Mapping[str, Any], picked: Mapping[str, Any], overrides: Mappi
     rollback = verdict["decision"] == _guard.FAIL or (
         verdict["decision"] == _guard.INCONCLUSIVE and on_inconclusive == "rollback")
     verdict.update({"rollback": rollback, "seconds": seconds, "sides": dict(picked), "scrape_problems": problems,
-                    "on_inconclusive": on_inconclusive})
+                    "on_inconclusive": on_inconclusive, "probe": window.get("probe")})
     verdict["lines"] = lines(verdict)
     return verdict
 
@@ -130,6 +130,12 @@ def lines(verdict: Mapping[str, Any]) -> list[str]:
     for check in verdict.get("checks") or []:
         out.append(f"  {check['verdict']:>12}  {check['check']}: canary {_fmt(check['canary'])}, baseline "
                    f"{_fmt(check['baseline'])} ({check['limit'] or 'no limit'})")
+    probe = verdict.get("probe")
+    if probe:
+        sent = sum(r["sent"] for r in probe["instances"].values())
+        failed = sum(r["failed"] for r in probe["instances"].values())
+        out.append(f"  probe load: {probe['rate']:g} req/s to each instance, {sent} sent, {failed} failed "
+                   "(counted in the servers' /metrics with the routers' traffic)")
     out += [f"  not read: {p}" for p in verdict.get("scrape_problems") or []]
     if verdict["decision"] == _guard.INCONCLUSIVE:
         out.append(f"  inconclusive -> {verdict['on_inconclusive']} (sglang_rollout_guard_on_inconclusive)")

@@ -44,6 +44,9 @@ class LoadClient:
     max_requests: int = 20000
     max_seconds: float = 600.0
     timeout: float = 30.0
+    # a prompt of its own per request (as real traffic has), else one per thread: a cache-aware
+    # router sends repeated prompts to the workers that cached them, never to a fresh worker
+    distinct: bool = False
     records: list[Record] = field(default_factory=list)
     marks: dict[str, float] = field(default_factory=dict)
 
@@ -93,7 +96,10 @@ class LoadClient:
             self._stop.wait(self.pause)
 
     def _one(self, n: int) -> Record:
-        body = json.dumps({"model": "default", "prompt": f"client {n}: count to ten", "max_tokens": self.max_tokens,
+        with self._lock:
+            serial = self._sent
+        prompt = f"request {serial} of client {n}: count to ten" if self.distinct else f"client {n}: count to ten"
+        body = json.dumps({"model": "default", "prompt": prompt, "max_tokens": self.max_tokens,
                            "temperature": 0}).encode()
         request = urllib.request.Request(self.url.rstrip("/") + "/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})

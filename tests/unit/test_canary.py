@@ -124,3 +124,30 @@ def test_restore_keeps_what_earlier_batches_replaced() -> None:
     services = {"gpu0": {"started": True}, "gpu1": {"started": False}}
     assert c.to_restore(["gpu0", "gpu1", "gpu2"], services, ["gpu2"]) == ["gpu1", "gpu2"]
     assert c.to_restore(["gpu0", "gpu1"], {}, ["gpu0"]) == ["gpu0", "gpu1"]
+
+
+def test_probe_sends_its_own_prompts_to_every_instance_alike_and_stops_with_the_window() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def post(url: str, prompt: str, max_tokens: int, timeout: float, key: str | None) -> str:
+        seen.append((url, prompt))
+        return "HTTP 500" if url.endswith("b") else ""
+
+    probe = rw.Probe(["http://a", "http://b"], rate=200.0, seconds=0.05, post=post).start()
+    results = probe.stop()  # stopped at once: whatever was sent is counted, nothing after
+    sent = {u: r["sent"] for u, r in results.items()}
+    assert sum(sent.values()) == len(seen) <= 2 * 10  # bounded: rate x seconds per instance
+    assert results["http://b"]["failed"] == results["http://b"]["sent"]
+    assert len({prompt for _, prompt in seen}) == len(seen)  # no two requests share a prompt
+    finished = rw.Probe(["http://a"], rate=100.0, seconds=0.03, post=post).start()
+    for thread in finished._threads:
+        thread.join(timeout=5)
+    assert finished.stop()["http://a"]["sent"] == 3
+
+
+def test_judge_states_the_probe_load() -> None:
+    window = _window(text("dense"), text("dense"))
+    window["probe"] = {"rate": 2.0, "instances": {"http://c:1": {"sent": 40, "failed": 0, "errors": []},
+                                                  "http://b:1": {"sent": 40, "failed": 0, "errors": []}}}
+    verdict = c.judge(window, PICKED, {})
+    assert any(line.startswith("  probe load: 2 req/s to each instance, 80 sent, 0 failed") for line in verdict["lines"])
