@@ -9,6 +9,7 @@ room for the rollout it runs against.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -98,7 +99,9 @@ class LoadClient:
     def _one(self, n: int) -> Record:
         with self._lock:
             serial = self._sent
-        prompt = f"request {serial} of client {n}: count to ten" if self.distinct else f"client {n}: count to ten"
+        # distinct: a hash first, so that no two prompts share a prefix a cache-aware router could match
+        prompt = (f"{hashlib.sha1(str(serial).encode()).hexdigest()} client {n}: count to ten" if self.distinct
+                  else f"client {n}: count to ten")
         body = json.dumps({"model": "default", "prompt": prompt, "max_tokens": self.max_tokens,
                            "temperature": 0}).encode()
         request = urllib.request.Request(self.url.rstrip("/") + "/v1/completions", data=body,
