@@ -126,6 +126,13 @@ def hosts_per_batch(batch: Any, hosts: int) -> int:
     return max(1, min(size, hosts))
 
 
+def batch_percent(size: int, hosts: int) -> int:
+    """A percentage for ``sglang_rollout_batch`` that puts at most ``size`` of ``hosts`` in a batch:
+    the one that puts exactly ``size`` where there is one (3 hosts, 2: 67%), else the largest below."""
+    exact = -(-100 * size // hosts)
+    return exact if hosts_per_batch(f"{exact}%", hosts) <= size else 100 * size // hosts
+
+
 def out_per_host(per_host: int, at_once: int) -> int:
     """Instances of one host out of the routers at once: ``at_once``, capped below every
     instance of the host as ``rollout_batches`` does (a host of one instance: that one)."""
@@ -215,5 +222,5 @@ def capacity_floor(*, per_host: int | Sequence[int], hosts: int | None = None, a
             f"sglang_rollout_batch={batch!r} rolls {requested} hosts at once, taking {taken[requested]} of {total} "
             f"instances out of the routers and leaving {total - taken[requested]}, below "
             f"sglang_rollout_min_available={min_available!r} ({floor}): set sglang_rollout_batch to at most "
-            f"{max_hosts} (or {100 * max_hosts // hosts}%)")
+            f"{max_hosts} (or {batch_percent(max_hosts, hosts)}%)")
     return result
