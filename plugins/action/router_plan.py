@@ -6,22 +6,31 @@
 Why an action: the plan is made on the controller from the role's variables (one mapping,
 ``_routerplan.VARIABLES``), and what only the host can tell (who holds the router's ports, is
 its Python there, does its installed parser accept the flags, which service manager runs) is
-asked in one module run on the host (``llmops.sglang.preflight``), before anything changes."""
+asked in one module run on the host (``llmops.sglang.preflight``), before anything changes.
+
+With ``rollout`` (deploy.yml's gate, through the role's ``plan.yml``) it also checks the
+fleet's rollout from every planned server host's plan and variables (``_rolloutcheck``): a
+capacity floor that cannot hold fails the task before any host changes, and the rollout time
+estimate comes back (and is printed with ``show``)."""
 from __future__ import annotations
 
 from typing import Any
 
+from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils import _routerplan
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _rolloutcheck, _routerplan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import plain
+from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import RolloutError
 
 
 class ActionModule(ActionBase):
     """Plan the router from the task's variables; check on the host that it can start."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("preflight", "show"))
+    _VALID_ARGS = frozenset(("preflight", "show", "rollout"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -35,6 +44,15 @@ class ActionModule(ActionBase):
             request = _routerplan.RouterRequest.from_vars(values, api_key=values.get("sglang_api_key"))
         except _routerplan.RouterPlanError as err:
             return {**result, "failed": True, "changed": False, "msg": str(err), "problems": err.problems}
+        rollout = self._task.args.get("rollout", False)
+        if not isinstance(rollout, bool):
+            raise AnsibleActionFail(f"rollout must be true or false, not {rollout!r}")
+        checked_rollout = None
+        if rollout:  # before the host is asked anything: a floor that cannot hold stops here
+            try:
+                checked_rollout = self._rollout(task_vars)
+            except RolloutError as err:
+                return {**result, "failed": True, "changed": False, "msg": f"rollout refused: {err}"}
         host_address = self._templar.template(task_vars.get("ansible_host", task_vars.get("inventory_hostname")))
         plan = _routerplan.plan(request, str(host_address) if host_address else None)
         spec = plan.pop("preflight")
@@ -46,8 +64,26 @@ class ActionModule(ActionBase):
             return {**result, **checked, "failed": True, "changed": False}
         plan["backend"] = checked["service_manager"]
         result = {**result, "changed": False, "plan": plan}
+        if checked_rollout:
+            result.update(rollout={k: v for k, v in checked_rollout.items() if k not in ("lines", "estimate")},
+                          rollout_estimate=checked_rollout["lines"])
         if self._task.args.get("show"):  # printed as the task's result, as debug prints
             result.update(_ansible_verbose_always=True, summary={
                 "router": f"{plan['description']} ({plan['backend']} backend)", "python": plan["python"],
                 "argv": plan["argv"], "url": plan["connect_url"]})
         return result
+
+    def _rollout(self, task_vars: dict[str, Any]) -> dict[str, Any] | None:
+        """The fleet's rollout check from the server hosts' hostvars (templated on access, each
+        under its own host's variables); None without a planned server host."""
+        hostvars = task_vars.get("hostvars") or {}
+        servers = [str(h) for h in (task_vars.get("groups") or {}).get("sglang_servers") or []]
+        views = {}
+        for host in servers:
+            if host not in hostvars:
+                continue
+            host_vars = hostvars[host]
+            views[host] = {name: plain(host_vars[name]) for name in _rolloutcheck.WANTED if name in host_vars}
+        forks = context.CLIARGS.get("forks") if context.CLIARGS else None
+        return _rolloutcheck.rollout_check(views, servers, extra_vars=plain(load_extra_vars(self._loader)),
+                                           forks=int(forks) if forks else None)

@@ -40,6 +40,25 @@ options:
         as the task's output, as M(ansible.builtin.debug) would (C(--check), C(--tags plan)).
     type: bool
     default: false
+  rollout:
+    description:
+      - Also check the fleet's rollout, on the controller, before the host is asked anything
+        (C(playbooks/deploy.yml)'s gate, through the role's C(plan.yml)). The server hosts are
+        those of the group C(sglang_servers) with a server plan in this run (C(__sglang_plan), by
+        M(llmops.sglang.server_plan)); their instances in the routers are their rank-0 instances.
+      - The capacity floor C(sglang_rollout_min_available), C(sglang_rollout_canary),
+        C(sglang_rollout_canary_seconds), C(sglang_rollout_guard_seconds) and
+        C(sglang_rollout_estimate) are read from the first of those hosts' variables,
+        C(sglang_rollout_instances_at_once) from each (the largest counts), and
+        C(sglang_rollout_batch) from the extra vars only, as deploy.yml's play-level C(serial)
+        sees it (one set in the inventory is refused). A floor that the batch, a host's
+        instances at once or the canary would break fails the task, naming the values and the
+        largest batch that keeps it.
+      - Returns RV(rollout) and RV(rollout_estimate), the rollout time estimate (printed with
+        O(show)); the load time is the longest C(ready_after_s) of the hosts' manifests when one
+        was measured. docs/fleet.md "Capacity floor" and "Rollout time estimate".
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Reads only; runs in check mode too.
@@ -63,6 +82,7 @@ seealso:
 EXAMPLES = r"""
 - name: Plan the router and check that it can start on this host (nothing changes)
   llmops.sglang.router_plan:
+    rollout: true
   vars:
     sglang_router_port: 8001
   register: __sglang_router_planned
@@ -115,6 +135,42 @@ summary:
   description: The router, its Python, its argv and its URL, in a few lines (with O(show)).
   returned: success and O(show)
   type: dict
+rollout:
+  description: With O(rollout) and a planned server host, the fleet's rollout as checked.
+  returned: success and O(rollout)
+  type: dict
+  contains:
+    hosts:
+      description: The server hosts planned in this run, in inventory order.
+      type: list
+      elements: str
+    instances:
+      description: Each host's instances in the routers (its rank-0 instances).
+      type: dict
+    batch:
+      description: C(sglang_rollout_batch) as deploy.yml's serial sees it (the extra var, else C(100%)).
+      type: raw
+      sample: 100%
+    floor:
+      description: >-
+        The capacity floor's numbers - instances, floor, out_per_host, requested_hosts, requested_kept,
+        max_hosts, max_instances_out, canary, canary_out, min_in_routers.
+      type: dict
+    load:
+      description: The load time the estimate uses (load_s), where it came from (source) and the measurement (measured).
+      type: dict
+    costs:
+      description: The estimate's costs in seconds (C(sglang_rollout_estimate) over its defaults).
+      type: dict
+rollout_estimate:
+  description: The rollout time estimate, one line each (worst case, every instance changed).
+  returned: success and O(rollout)
+  type: list
+  elements: str
+  sample:
+    - "rollout estimate: 1 hosts x 2 instances, 1 host(s) per batch (1 batches), 1 instance(s) of a host replaced at once"
+    - "  load time L 3 min: a default (nothing measured yet: set sglang_rollout_estimate.load_s)"
+    - "  total: 9 min 30 s; at least 1 of 2 instances (50 %) stay in the routers"
 problems:
   description: The bad variables, one line each (when the plan cannot be made).
   returned: failure

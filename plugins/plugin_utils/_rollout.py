@@ -18,6 +18,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# The defaults of the rollout's variables: their one owner. roles/server/defaults/main.yml and
+# meta/argument_specs.yml, and deploy.yml's ``serial:`` default, repeat them;
+# tests/unit/test_defaults.py ties each copy to these. The rollout check reads the variables
+# from the hosts' hostvars, where a role's defaults are not: these apply there.
+DEFAULT_BATCH = "100%"
+DEFAULTS: dict[str, Any] = {
+    "sglang_rollout_min_available": None,     # no floor
+    "sglang_rollout_batch": DEFAULT_BATCH,    # every host in one batch (deploy.yml's serial)
+    "sglang_rollout_instances_at_once": 1,
+    "sglang_rollout_canary": 0,               # no canary
+    "sglang_rollout_canary_seconds": 300,
+    "sglang_rollout_guard": {},               # the guard's own thresholds (_guard.py)
+    "sglang_rollout_guard_seconds": 0,        # no guard window after each batch
+    "sglang_rollout_estimate": {},            # ESTIMATE_DEFAULTS below
+}
+# The rollout time model's costs in seconds (_rollouttime; sglang_rollout_estimate's keys) when
+# nothing better is known: the hand-run deployment's kind (docs/fleet.md "Rollout time model").
+# load_s: while no instance's load time was measured (ready_after_s); set, it wins over the measurement.
+ESTIMATE_DEFAULTS: dict[str, float] = {"load_s": 180.0, "host_fixed_s": 60.0, "step_s": 15.0, "run_fixed_s": 120.0}
+
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     size = max(1, size)
@@ -109,11 +129,26 @@ def _count_or_percent(value: Any, of: int, name: str, *, round_up: bool) -> int:
                            f"('P%' with P from 0 to 100)") from None
 
 
+def count(value: Any, name: str, *, least: int = 0) -> int:
+    """A whole number >= ``least`` (``3`` or ``"3"``, not ``"30%"``, ``true`` or ``2.5``)."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or int(text) < least:
+        raise RolloutError(f"{name}={value!r} is not a count: a whole number >= {least}")
+    return int(text)
+
+
 def hosts_per_batch(batch: Any, hosts: int) -> int:
     """The hosts Ansible's ``serial: sglang_rollout_batch`` puts in one batch (a count, or a
     percentage of the hosts rounded down, at least 1; never more than there are hosts)."""
     size = _count_or_percent(batch, hosts, "sglang_rollout_batch", round_up=False)
     return max(1, min(size, hosts))
+
+
+def batch_percent(size: int, hosts: int) -> int:
+    """A percentage for ``sglang_rollout_batch`` that puts at most ``size`` of ``hosts`` in a batch:
+    the one that puts exactly ``size`` where there is one (3 hosts, 2: 67%), else the largest below."""
+    exact = -(-100 * size // hosts)
+    return exact if hosts_per_batch(f"{exact}%", hosts) <= size else 100 * size // hosts
 
 
 def out_per_host(per_host: int, at_once: int) -> int:
@@ -124,43 +159,86 @@ def out_per_host(per_host: int, at_once: int) -> int:
     return max(1, min(int(at_once), per_host - 1))
 
 
-def capacity_floor(*, hosts: int, per_host: int, at_once: int = 1, min_available: Any = None,
-                   batch: Any = "100%") -> dict[str, Any]:
+def _host_counts(per_host: int | Sequence[int], hosts: int | None) -> list[int]:
+    """Instances in the routers of each host: ``per_host`` for ``hosts`` hosts, or one count a host."""
+    if isinstance(per_host, int):
+        return [per_host] * int(hosts or 0)
+    return [int(g) for g in per_host]
+
+
+def _shape(counts: list[int]) -> str:
+    low, high = min(counts), max(counts)
+    return (f"{len(counts)} hosts x {high}" if low == high
+            else f"{len(counts)} hosts of {low} to {high} instances")
+
+
+def canary_out(canary: int, per_host: int, at_once: int) -> int:
+    """Canary instances out of the routers at once: ``at_once`` on each of the ``ceil(c / g)``
+    hosts the canary spans (``_rollouttime.estimate`` counts the same), never more than ``c``."""
+    if canary <= 0:
+        return 0
+    return min(canary, out_per_host(per_host, at_once) * -(-canary // max(1, per_host)))
+
+
+def capacity_floor(*, per_host: int | Sequence[int], hosts: int | None = None, at_once: int = 1,
+                   min_available: Any = None, batch: Any = DEFAULT_BATCH, canary: int = 0) -> dict[str, Any]:
     """The capacity a rollout keeps and the largest batch that keeps ``min_available``.
 
-    Every instance of a host in a batch may be replaced, ``out_per_host`` of them out of the
-    routers at once, and every host of the batch works at the same time: the fewest instances
-    in the routers during the batch is ``total - hosts_in_batch x out_per_host`` (the worst case:
-    every instance changed). ``min_available``: instances, or ``"P%"`` of the fleet's instances
-    (rounded up); None: no floor. Raises RolloutError, before anything starts, when the floor
-    cannot hold even one host at a time, or when ``batch`` (``sglang_rollout_batch``) breaks it.
+    ``per_host``: the instances in the routers of every host (an int, with ``hosts``), or one
+    count per host (hosts of different sizes; a host of only non-rank-0 instances of multi-node
+    groups counts 0). Every instance of a host in a batch may be replaced, ``out_per_host`` of
+    them out of the routers at once, and every host of the batch works at the same time: the
+    fewest instances in the routers during a batch of b hosts is ``total`` minus the b largest
+    hosts' ``out_per_host`` (the worst case: every instance changed, the largest hosts in one
+    batch). ``min_available``: instances, or ``"P%"`` of the fleet's instances (rounded up);
+    None or "": no floor. ``canary``: instances replaced first (``canary_out`` of them out at
+    once). Raises RolloutError, before anything starts, when the floor cannot hold even one
+    host at a time, when ``batch`` (``sglang_rollout_batch``) or the canary breaks it.
     """
-    if hosts < 1 or per_host < 1:
-        raise RolloutError(f"a rollout needs at least one host and one instance per host (hosts={hosts}, "
-                           f"instances per host={per_host})")
-    total = hosts * per_host
-    out = out_per_host(per_host, at_once)
+    counts = _host_counts(per_host, hosts)
+    if not counts or max(counts) < 1:
+        raise RolloutError(f"a rollout needs at least one host and one instance in the routers (hosts={len(counts)}, "
+                           f"instances per host={counts})")
+    hosts = len(counts)
+    total = sum(counts)
+    outs = sorted((out_per_host(g, at_once) for g in counts), reverse=True)
+    taken = [0]
+    for one in outs:
+        taken.append(taken[-1] + one)  # taken[b]: out of the routers with the b largest hosts in a batch
+    out = outs[0]
     requested = hosts_per_batch(batch, hosts)
-    floor = (0 if min_available is None
+    floor = (0 if min_available is None or min_available == ""
              else _count_or_percent(min_available, total, "sglang_rollout_min_available", round_up=True))
+    canary = count(canary or 0, "sglang_rollout_canary")
+    in_canary = canary_out(canary, max(counts), at_once)
     spare = total - floor
-    max_hosts = min(hosts, spare // out) if out else hosts
-    result = {"instances": total, "floor": floor, "out_per_host": out, "requested_hosts": requested,
-              "requested_kept": total - requested * out, "max_hosts": max_hosts,
-              "max_instances_out": max_hosts * out}
+    max_hosts = max(b for b in range(hosts + 1) if taken[b] <= spare) if spare >= 0 else 0
+    result = {"instances": total, "hosts": hosts, "floor": floor, "out_per_host": out,
+              "requested_hosts": requested, "requested_kept": total - taken[requested],
+              "max_hosts": max_hosts, "max_instances_out": taken[max_hosts], "canary": canary,
+              "canary_out": in_canary, "min_in_routers": total - max(taken[requested], in_canary)}
+    shape = _shape(counts)
     if floor > total:
         raise RolloutError(f"sglang_rollout_min_available={min_available!r} asks for {floor} instances in the "
-                           f"routers, more than the fleet's {total} ({hosts} hosts x {per_host}): lower it")
+                           f"routers, more than the fleet's {total} ({shape}): lower it")
     if max_hosts < 1:
         raise RolloutError(
-            f"sglang_rollout_min_available={min_available!r} keeps {floor} of {total} instances in the routers, "
-            f"but replacing even one host takes {out} out (sglang_rollout_instances_at_once={at_once}), leaving "
-            f"{total - out}: lower the floor to at most {total - out} or {100 * (total - out) // total}%"
+            f"sglang_rollout_min_available={min_available!r} keeps {floor} of {total} instances in the routers "
+            f"({shape}), but replacing even one host takes {out} out (sglang_rollout_instances_at_once={at_once}), "
+            f"leaving {total - out}: lower the floor to at most {total - out} or {100 * (total - out) // total}%"
             + ("" if out <= 1 else ", or set sglang_rollout_instances_at_once lower"))
+    if canary > total:
+        raise RolloutError(f"sglang_rollout_canary={canary} asks for more canary instances than the fleet's "
+                           f"{total} ({shape}): lower it")
+    if in_canary > spare:
+        raise RolloutError(
+            f"sglang_rollout_canary={canary} takes {in_canary} instances out of the routers at once, leaving "
+            f"{total - in_canary} of {total}, below sglang_rollout_min_available={min_available!r} ({floor}): "
+            f"set sglang_rollout_canary to at most {spare} or lower the floor")
     if requested > max_hosts:
         raise RolloutError(
-            f"sglang_rollout_batch={batch!r} rolls {requested} hosts at once, taking {requested * out} of {total} "
-            f"instances out of the routers and leaving {total - requested * out}, below "
+            f"sglang_rollout_batch={batch!r} rolls {requested} hosts at once, taking {taken[requested]} of {total} "
+            f"instances out of the routers and leaving {total - taken[requested]}, below "
             f"sglang_rollout_min_available={min_available!r} ({floor}): set sglang_rollout_batch to at most "
-            f"{max_hosts} (or {100 * max_hosts // hosts}%)")
+            f"{max_hosts} (or {batch_percent(max_hosts, hosts)}%)")
     return result

@@ -323,6 +323,39 @@ def test_paths_release_and_shared_module_defaults_have_one_value(monkeypatch: py
     assert not problems, "\n".join(problems)
 
 
+def test_the_rollout_variables_have_one_default_everywhere() -> None:
+    """_rollout.DEFAULTS (what deploy.yml's rollout check applies: hostvars hold no role default)
+    against the server role's defaults and argument specs, deploy.yml's serial: default, and the
+    costs of the estimate against sglang_rollout_estimate's description."""
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import DEFAULTS, ESTIMATE_DEFAULTS
+
+    server, spec = role_defaults("server"), role_specs("server")["main"]
+    problems = []
+    for var, want in DEFAULTS.items():
+        if var == "sglang_rollout_batch":  # play level only (serial:), below
+            continue
+        if var not in server:
+            problems.append(f"roles/server/defaults/main.yml: {var} missing (_rollout.DEFAULTS says {want!r})")
+            continue
+        if not same_or_unset(server[var], want):
+            problems.append(f"roles/server/defaults/main.yml: {var} is {server[var]!r}, _rollout.DEFAULTS says {want!r}")
+        if not same_or_unset(spec.get(var, {}).get("default"), want):
+            problems.append(f"roles/server/meta/argument_specs.yml: {var} defaults to "
+                            f"{spec.get(var, {}).get('default')!r}, _rollout.DEFAULTS says {want!r}")
+    serial = [play.get("serial") for play in _yaml(ROOT / "playbooks" / "deploy.yml") if "serial" in play]
+    # serial: [1, batch] with a canary (-e sglang_rollout_canary), else the batch
+    wanted = [f"sglang_rollout_batch | default('{DEFAULTS['sglang_rollout_batch']}')",
+              f"sglang_rollout_canary | default({DEFAULTS['sglang_rollout_canary']}) | int"]
+    if len(serial) != 1 or any(w not in " ".join(str(serial[0]).split()) for w in wanted):
+        problems.append(f"playbooks/deploy.yml: serial is {serial}, _rollout.DEFAULTS wants it to use {wanted!r}")
+    said = spec["sglang_rollout_estimate"]["description"]
+    for key, seconds in ESTIMATE_DEFAULTS.items():
+        if not re.search(rf"{key} \([^)]*default {seconds:g}\)", " ".join(said.split())):
+            problems.append(f"roles/server/meta/argument_specs.yml: sglang_rollout_estimate's description does not "
+                            f"say '{key} (... default {seconds:g})'")
+    assert not problems, "\n".join(problems)
+
+
 # A role variable passed straight to a module option of the same meaning: one default. Not here,
 # on purpose: the router role waits for added workers (sglang_router_workers_wait true, 300 s) where
 # router_workers by itself does not (wait_healthy false, 60 s); the server role gives a GPU server

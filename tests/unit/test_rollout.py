@@ -5,6 +5,7 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import (
     RolloutError,
+    batch_percent,
     capacity_floor,
     hosts_per_batch,
     out_per_host,
@@ -105,3 +106,55 @@ def test_no_canary_when_the_host_is_not_alone_in_its_batch() -> None:
     batches, warnings = rollout_batches({"instances": PLAN["instances"][:2]}, running, running, routed=True,
                                         canary=1, canary_s=60, canary_alone=False)
     assert not any(b["canary"] for b in batches) and "-e sglang_rollout_canary" in warnings[0]
+
+
+def test_hosts_of_different_sizes_count_their_largest_in_one_batch() -> None:
+    # 4, 4, 2, 1 routed instances (a host of one replaces its only one), one out per host at once
+    floor = capacity_floor(per_host=[4, 4, 2, 1], min_available=9, batch=2)
+    assert floor["instances"] == 11 and floor["floor"] == 9 and floor["max_hosts"] == 2
+    assert floor["requested_kept"] == 9 and floor["min_in_routers"] == 9
+    # two at once per host: the two 4-instance hosts take 2 each, the 2-instance host 1
+    floor = capacity_floor(per_host=[4, 2, 4], at_once=2, min_available=6, batch=1)
+    assert floor["out_per_host"] == 2 and floor["max_hosts"] == 2 and floor["max_instances_out"] == 4
+    with pytest.raises(RolloutError, match=r"rolls 3 hosts at once, taking 5 of 10 .* at most 2 \(or 67%\)"):
+        capacity_floor(per_host=[4, 2, 4], at_once=2, min_available=6, batch="100%")
+    # a host with no instance in the routers (other ranks of multi-node groups) takes none out
+    assert capacity_floor(per_host=[2, 0], min_available=1, batch=2)["requested_kept"] == 1
+    with pytest.raises(RolloutError, match=r"\(2 hosts of 1 to 3 instances\)"):
+        capacity_floor(per_host=[3, 1], min_available=4)
+
+
+def test_the_int_form_and_the_list_form_agree() -> None:
+    for hosts, per_host, at_once, floor, batch in ((10, 4, 1, "90%", 4), (3, 2, 1, 3, 2), (5, 3, 2, "40%", "40%")):
+        one = capacity_floor(hosts=hosts, per_host=per_host, at_once=at_once, min_available=floor, batch=batch)
+        listed = capacity_floor(per_host=[per_host] * hosts, at_once=at_once, min_available=floor, batch=batch)
+        assert one == listed
+
+
+def test_canary_counts_against_the_floor() -> None:
+    floor = capacity_floor(hosts=3, per_host=2, min_available=5, batch=1, canary=1)
+    assert floor["canary_out"] == 1 and floor["min_in_routers"] == 5
+    # 3 canary instances over 2 hosts: one out per host at once = 2 out
+    assert capacity_floor(hosts=3, per_host=2, min_available=4, batch=1, canary=3)["canary_out"] == 2
+    with pytest.raises(RolloutError, match=r"sglang_rollout_canary=3 takes 2 instances .* at most 1"):
+        capacity_floor(hosts=3, per_host=2, min_available=5, batch=1, canary=3)
+    with pytest.raises(RolloutError, match="more canary instances than the fleet's 6"):
+        capacity_floor(hosts=3, per_host=2, batch=1, canary=7)
+    for bad in ("10%", -1, True, 1.5):
+        with pytest.raises(RolloutError, match="sglang_rollout_canary=.* is not a count"):
+            capacity_floor(hosts=3, per_host=2, canary=bad)
+
+
+def test_an_empty_floor_is_no_floor_and_a_fleet_without_routed_instances_refused() -> None:
+    assert capacity_floor(hosts=2, per_host=2, min_available="", batch=2)["floor"] == 0
+    with pytest.raises(RolloutError, match="at least one host and one instance"):
+        capacity_floor(per_host=[0, 0])
+    with pytest.raises(RolloutError, match="at least one host"):
+        capacity_floor(per_host=[])
+
+
+def test_the_percentage_offered_puts_at_most_the_largest_batch_in_one() -> None:
+    assert batch_percent(4, 10) == 40 and batch_percent(2, 3) == 67 and batch_percent(7, 500) == 1
+    for hosts in (1, 3, 7, 10, 99, 500):
+        for size in range(1, hosts + 1, max(1, hosts // 7)):
+            assert hosts_per_batch(f"{batch_percent(size, hosts)}%", hosts) <= size
