@@ -60,13 +60,14 @@ def _deploy(fleet: Fleet, version: str, **extra: Any):
 
 
 def _under_load(fleet: Fleet, action, concurrency: int = 4) -> tuple[Any, LoadClient]:
-    client = LoadClient(fleet.router_url(), concurrency=concurrency, pause=0.02, max_seconds=540,
-                        distinct=True).start()
+    client = LoadClient(fleet.router_url(), concurrency=concurrency, pause=0.02, max_seconds=900,
+                        max_requests=1_000_000, distinct=True).start()
     time.sleep(3)
     client.mark("start")
     result = action()
     client.mark("end")
     time.sleep(2)
+    assert client.running(), "the load client stopped on its own bounds before the playbook ended"
     client.stop()
     return result, client
 
