@@ -20,7 +20,7 @@ ROUTER_VENV ?= .venv-router
 ROUTER_STAMP := $(ROUTER_VENV)/.installed-requirements-router.txt
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Host-side Python (runs on managed hosts: Python >= 3.10), listed once in tests/host_side_files.txt
-# (globs; `#` comment lines), which tests/unit/test_py310.py reads too.
+# (globs; `#` comment lines), which tests/unit/repo/test_py310.py reads too.
 HASH := \#
 HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '^[[:space:]]*$$' tests/host_side_files.txt)))
 # vermin: fail on anything that needs a Python newer than 3.10 (-t=3.10- --violations).
@@ -104,7 +104,7 @@ build: setup
 # no such script is cached.
 # Tests: all that ansible-test runs for a collection, on the venv's Python (3.11 here, 3.13 for
 # sanity-newcore: compile and import on 3.10 need a 3.10 interpreter, which this machine has not;
-# vermin and tests/unit/test_py310.py cover 3.10), except
+# vermin and tests/unit/repo/test_py310.py cover 3.10), except
 #   shellcheck  skipped by ansible-test itself where the shellcheck program is missing;
 #   pylint      on plugins/modules, plugins/filter and plugins/lookup only, the Ansible-facing
 #               shells: ansible-test's fixed pylint config bans `_` as a throwaway name, which
