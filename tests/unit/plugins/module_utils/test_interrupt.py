@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -182,31 +181,6 @@ def test_a_second_signal_ends_the_process_at_once(sig: int) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
-
-
-def _report_pid(queue: Any) -> None:
-    from ansible_collections.llmops.sglang.plugins.lookup.controller_pid import controller_pid
-
-    queue.put(controller_pid())
-
-
-def test_controller_pid_is_the_main_process_seen_from_a_worker() -> None:
-    """The lookup is templated in ansible's worker processes (forked by multiprocessing from the
-    main ansible-playbook process): it gives the main process, which lives as long as the play."""
-    import multiprocessing
-
-    from ansible_collections.llmops.sglang.plugins.lookup.controller_pid import LookupModule, controller_pid
-
-    assert controller_pid() == os.getpid()
-    assert LookupModule().run([]) == [os.getpid()]
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    worker = context.Process(target=_report_pid, args=(queue,))
-    worker.start()
-    try:
-        assert queue.get(timeout=30) == os.getpid() != worker.pid
-    finally:
-        worker.join(timeout=30)
 
 
 def test_heartbeat_age_follows_the_later_of_its_start_and_the_last_refresh(tmp_path: Path) -> None:

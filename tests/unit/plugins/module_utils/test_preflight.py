@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _preflight as pf
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import preflight_spec
 
 
 def _listening(family: int = socket.AF_INET, host: str = "127.0.0.1") -> socket.socket:
@@ -70,19 +69,6 @@ def test_missing_files_and_programs(tmp_path: Path) -> None:
         f"the server's Python {tmp_path}/nope/python is not an executable file on this host",
         "program no-such-command-x is not an executable file on this host",
     ]
-
-
-def test_preflight_spec_from_a_plan() -> None:
-    plan = {"model": {"path": "/models/m/"}, "instances": [
-        {"name": "gpu0", "port": 30000, "nccl_port": 31000}, {"name": "gpu1", "port": 30001, "nccl_port": 31001}]}
-    spec = preflight_spec(plan, {"engine": "sglang"}, python="/v/bin/python", install=False)
-    assert [(p["port"], p["instance"], p["what"]) for p in spec["ports"]] == [
-        (30000, "gpu0", "HTTP"), (31000, "gpu0", "NCCL"), (30001, "gpu1", "HTTP"), (31001, "gpu1", "NCCL")]
-    assert spec["files"][0]["path"] == "/models/m/config.json"
-    assert spec["executables"][0]["path"] == "/v/bin/python"
-    hub = preflight_spec(dict(plan, model={"path": "Qwen/Qwen3-8B"}), {"engine": "sglang"},
-                         python="/v/bin/python", install=True)
-    assert hub["files"] == [] and hub["executables"][0]["path"] == "python3"
 
 
 def test_a_program_closed_to_the_service_user(tmp_path: Path) -> None:
@@ -214,14 +200,3 @@ def test_packages_current_only_for_exact_pins_the_venv_holds(tmp_path: Path) -> 
     assert pf.packages_current(str(tmp_path / "no-venv"), ["aiohttp==3.9.5"]) is False
     (venv / "bin" / "python").unlink()  # a venv without its Python is not one pip would leave alone
     assert pf.packages_current(str(venv), ["aiohttp==3.9.5"]) is False
-
-
-def test_preflight_spec_asks_for_the_packages_only_when_the_role_installs() -> None:
-    plan = {"model": {"path": "/models/m"}, "instances": []}
-    packages = {"venv": "/opt/sglang/venv", "requirements": ["sglang==0.5.23"]}
-    installing = preflight_spec(plan, {"engine": "sglang"}, python="/opt/sglang/venv/bin/python", install=True,
-                                packages=packages)
-    assert installing["packages"] == packages
-    existing = preflight_spec(plan, {"engine": "sglang"}, python="/srv/py/bin/python", install=False,
-                              packages=packages)
-    assert "packages" not in existing

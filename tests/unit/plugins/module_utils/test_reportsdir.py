@@ -1,12 +1,11 @@
 """Tests of module_utils/_reportsdir.py (the bench's report folder, checked before anything is
-measured, and the fallback of a report whose folder fails after all) and of sweep_wait's
-progress lines when that folder fails mid-sweep: issue 16 #9."""
+measured, and the fallback of a report whose folder fails after all): issue 16 #9. sweep_wait's
+progress lines when that folder fails mid-sweep: tests/unit/plugins/action/test_sweep_wait.py."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ansible_collections.llmops.sglang.plugins.action.sweep_wait import _append_controller
 from ansible_collections.llmops.sglang.plugins.module_utils import _reportsdir
 
 FIX = "set sglang_bench_reports_dir to a folder this user can create and write on the controller"
@@ -40,13 +39,3 @@ def test_the_fallback_is_under_home_else_a_new_temporary_folder(tmp_path: Path) 
         assert os.path.isdir(elsewhere) and os.path.basename(elsewhere).startswith("llmops-sglang-reports-")
     finally:
         os.rmdir(elsewhere)
-
-
-def test_progress_lines_that_cannot_be_written_never_end_the_sweeps(tmp_path: Path) -> None:
-    """sweep_wait appended the lines with a bare os.makedirs: a bad folder raised out of the
-    action after the first level, the heartbeats stopped and the sweeps' results were lost."""
-    problem = _append_controller("/proc/x/run/progress.jsonl", ['{"concurrency": 1}'])
-    assert problem is not None and problem.startswith("cannot write the progress lines to /proc/x/run/progress.jsonl")
-    dest = tmp_path / "run" / "progress.jsonl"
-    assert _append_controller(str(dest), ['{"a": 1}', '{"a": 2}']) is None
-    assert dest.read_text() == '{"a": 1}\n{"a": 2}\n'

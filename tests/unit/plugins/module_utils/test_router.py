@@ -243,19 +243,6 @@ def test_worker_urls_refuse_a_partial_list() -> None:
     assert _routing.worker_urls({"localhost": loopback_only["gpu-node-01"]}, "localhost") == ["http://127.0.0.1:30000"]
 
 
-def test_router_worker_urls_filter_reads_each_hosts_fact() -> None:
-    from ansible.errors import AnsibleFilterError
-
-    from ansible_collections.llmops.sglang.plugins.filter.router import FilterModule
-
-    urls = FilterModule().filters()["router_worker_urls"]
-    hostvars = {"a": {"sglang_deployment": {"instances": [_instance("gpu0", 30000, "http://10.0.0.1:30000")]}},
-                "b": {"sglang_deployment": None}, "c": {}}
-    assert urls(["a", "b"], hostvars, "r") == ["http://10.0.0.1:30000"]
-    with pytest.raises(AnsibleFilterError, match="the deployment of c was not read"):
-        urls(["a", "b", "c"], hostvars, "r")
-
-
 # ------------------------------------------------------------------------------------------
 # the real router
 

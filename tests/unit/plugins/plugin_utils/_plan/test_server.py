@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import PlanError
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import backend_of, server_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import (
+    backend_of,
+    preflight_spec,
+    server_plan,
+)
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import (
     REQUEST_VARIABLES,
     ROLE_SETTINGS,
@@ -118,3 +122,27 @@ def test_tp_group_hosts_and_addresses_from_the_inventory(hybrid: dict[str, Any])
 def test_unknown_tp_group_is_refused(hybrid: dict[str, Any]) -> None:
     with pytest.raises(PlanError, match="sglang_tp_group='nope': no such inventory group"):
         _plan(hybrid, sglang_tp_group="nope")
+
+
+def test_preflight_spec_from_a_plan() -> None:
+    plan = {"model": {"path": "/models/m/"}, "instances": [
+        {"name": "gpu0", "port": 30000, "nccl_port": 31000}, {"name": "gpu1", "port": 30001, "nccl_port": 31001}]}
+    spec = preflight_spec(plan, {"engine": "sglang"}, python="/v/bin/python", install=False)
+    assert [(p["port"], p["instance"], p["what"]) for p in spec["ports"]] == [
+        (30000, "gpu0", "HTTP"), (31000, "gpu0", "NCCL"), (30001, "gpu1", "HTTP"), (31001, "gpu1", "NCCL")]
+    assert spec["files"][0]["path"] == "/models/m/config.json"
+    assert spec["executables"][0]["path"] == "/v/bin/python"
+    hub = preflight_spec(dict(plan, model={"path": "Qwen/Qwen3-8B"}), {"engine": "sglang"},
+                         python="/v/bin/python", install=True)
+    assert hub["files"] == [] and hub["executables"][0]["path"] == "python3"
+
+
+def test_preflight_spec_asks_for_the_packages_only_when_the_role_installs() -> None:
+    plan = {"model": {"path": "/models/m"}, "instances": []}
+    packages = {"venv": "/opt/sglang/venv", "requirements": ["sglang==0.5.23"]}
+    installing = preflight_spec(plan, {"engine": "sglang"}, python="/opt/sglang/venv/bin/python", install=True,
+                                packages=packages)
+    assert installing["packages"] == packages
+    existing = preflight_spec(plan, {"engine": "sglang"}, python="/srv/py/bin/python", install=False,
+                              packages=packages)
+    assert "packages" not in existing
