@@ -134,17 +134,23 @@ sanity: setup
 # $(ROUTER_VENV) (the real router's tests), in ansible-test's own venv
 # (--venv: tests/unit/requirements.txt and ansible-test's test requirements, from PyPI on the first
 # run, about 1 min; kept in the copy's tests/output between runs). Not part of `make test`:
-# `make unit` runs the same tests. Left out (UNITS_EXCLUDE): the files of the 25 tests that run a
-# module or plugin through the `ansible`, `ansible-playbook` or `ansible-doc` program found beside
-# sys.executable (or in .venv/bin), which ansible-test's venv has not (ansible-core reaches its
-# tests through PYTHONPATH, and module_utils tests see only ansible.module_utils): 201 of the 1008
-# tests; the other 807 pass. UNITS_ARGS go to ansible-test, e.g. a test file's path.
+# `make unit` runs the same tests. Left out (UNITS_EXCLUDE, 277 of the 1008 tests; the other 731
+# pass): the files of the 25 tests that run a module or plugin through the `ansible`,
+# `ansible-playbook` or `ansible-doc` program found beside sys.executable (or in .venv/bin), which
+# ansible-test's venv has not (ansible-core reaches its tests through PYTHONPATH, and module_utils
+# tests see only ansible.module_utils); and the files whose module-scoped fixtures start a server
+# (engine or known-rate server): ansible-test runs each test in a fork of its own, which sets the
+# fixture up again and exits without its teardown, so each test would leave a server running.
+# UNITS_ARGS go to ansible-test, e.g. a test file's path.
 UNITS_ROOT := build/units-$(subst .,,$(notdir $(VENV)))
 UNITS_DIR := $(UNITS_ROOT)/ansible_collections/llmops/sglang
 UNITS_EXCLUDE ?= plugins/module_utils/_detached/test_detached.py plugins/module_utils/_report/test_report.py \
   plugins/module_utils/_sweep/test_module.py plugins/module_utils/_sweep/test_run.py \
   plugins/module_utils/_sweep/test_workers.py plugins/module_utils/test_hostfacts.py \
-  plugins/module_utils/test_router.py plugins/lookup/test_engine_files.py repo/test_repo.py
+  plugins/module_utils/test_router.py plugins/lookup/test_engine_files.py repo/test_repo.py \
+  plugins/module_utils/_engine/test_api.py plugins/module_utils/_sweep/test_drift.py \
+  plugins/module_utils/_sweep/test_level.py plugins/module_utils/_sweep/test_rate.py \
+  plugins/module_utils/_sweep/test_scaled_engine.py
 UNITS_ARGS ?=
 
 units-ansible-test: setup router
