@@ -17,7 +17,6 @@ from .helpers import (
 # ------------------------------------------------------------------------------------------------
 
 
-
 def test_level_warmup_runs_at_the_level_concurrency_and_is_not_counted(server: str) -> None:
     configure(server, rate=2000.0, prefill_s=0.01, slots=8)
     facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[2, 4], requests=4, warmup=1, max_tokens=40))

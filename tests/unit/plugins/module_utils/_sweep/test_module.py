@@ -24,7 +24,6 @@ from .helpers import (
 # ------------------------------------------------------------------------------------------------
 
 
-
 def test_module_through_ansible(server: str) -> None:
     configure(server, rate=2000.0, prefill_s=0.01, slots=4)
     tree = tempfile.mkdtemp(prefix="sweep-tree-")

@@ -43,7 +43,6 @@ from .helpers import (
 # ------------------------------------------------------------------------------------------------
 
 
-
 # R = 400 tok/s, T = 100 tokens, P = 0.05 s: S = 0.3 s per request, at most 1600 chunks/s.
 RATE_CFG = {"slots": 4, "rate": 400.0, "prefill_s": 0.05}
 RATE_T = 100
@@ -299,8 +298,6 @@ def test_levels_far_above_max_running_requests_are_warned_about(server: str) -> 
                                          level_warmup=False))
     assert any("C=9 is more than 8x the server's max_running_requests (1)" in w for w in facts["warnings"])
     assert facts["options"]["max_concurrency"] == 4096
-
-
 
 
 def test_a_sweep_stops_at_once_when_its_reader_or_its_watched_process_is_gone(server: str) -> None:

@@ -25,7 +25,6 @@ from .helpers import (
 # ------------------------------------------------------------------------------------------------
 
 
-
 @pytest.fixture(scope="module")
 def scaled_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with engine_process(tmp_path_factory.mktemp("engine") / "engine.log") as base:
