@@ -20,7 +20,7 @@ ROUTER_VENV ?= .venv-router
 ROUTER_STAMP := $(ROUTER_VENV)/.installed-requirements-router.txt
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Host-side Python (runs on managed hosts: Python >= 3.10), listed once in tests/host_side_files.txt
-# (globs; `#` comment lines), which tests/unit/test_py310.py reads too.
+# (globs; `#` comment lines), which tests/unit/repo/test_py310.py reads too.
 HASH := \#
 HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '^[[:space:]]*$$' tests/host_side_files.txt)))
 # vermin: fail on anything that needs a Python newer than 3.10 (-t=3.10- --violations).
@@ -32,7 +32,7 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup router lint unit integration e2e molecule build sanity sanity-newcore test test-newcore fleet-test demo clean stop
+.PHONY: help setup router lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test test test-newcore fleet-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
@@ -42,6 +42,7 @@ help:
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
 	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules, plugins/filter and plugins/lookup)"
 	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
+	@echo "make units-ansible-test  the unit tests through ansible-test units (module_utils tests without the controller; not in make test)"
 	@echo "make e2e          end-to-end runs of several minutes (tune on seed + deploy and its faults, bench via router, heartbeat, interrupted and concurrent deploys)"
 	@echo "make fleet-test   fleet scenarios over real SSH: network-namespace hosts on this machine (root; installs openssh-server)"
 	@echo "make stop         stop everything the demo started"
@@ -104,7 +105,7 @@ build: setup
 # no such script is cached.
 # Tests: all that ansible-test runs for a collection, on the venv's Python (3.11 here, 3.13 for
 # sanity-newcore: compile and import on 3.10 need a 3.10 interpreter, which this machine has not;
-# vermin and tests/unit/test_py310.py cover 3.10), except
+# vermin and tests/unit/repo/test_py310.py cover 3.10), except
 #   shellcheck  skipped by ansible-test itself where the shellcheck program is missing;
 #   pylint      on plugins/modules, plugins/filter and plugins/lookup only, the Ansible-facing
 #               shells: ansible-test's fixed pylint config bans `_` as a throwaway name, which
@@ -125,6 +126,47 @@ sanity: setup
 	py=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); cd $(SANITY_DIR) && \
 	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --skip-test pylint && \
 	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test sanity --local --python $$py --color no --test pylint plugins/modules/ plugins/filter/ plugins/lookup/
+
+# ansible-test units (docs/DEVELOPING.md, "Unit tests"): the unit tests as ansible-test runs them,
+# tests/unit/plugins/module_utils (and modules) on their own, without the controller's code,
+# then the rest. On a copy in $(UNITS_ROOT) made as for sanity, with collections/ (the link back
+# to the root, which engines started by the tests put on their PYTHONPATH) and a link to
+# $(ROUTER_VENV) (the real router's tests), in ansible-test's own venv
+# (--venv: tests/unit/requirements.txt and ansible-test's test requirements, from PyPI on the first
+# run, about 1 min; kept in the copy's tests/output between runs). Not part of `make test`:
+# `make unit` runs the same tests. Left out (UNITS_EXCLUDE, 277 of the 1008 tests; the other 731
+# pass): the files of the 25 tests that run a module or plugin through the `ansible`,
+# `ansible-playbook` or `ansible-doc` program found beside sys.executable (or in .venv/bin), which
+# ansible-test's venv has not (ansible-core reaches its tests through PYTHONPATH, and module_utils
+# tests see only ansible.module_utils); and the files whose module-scoped fixtures start a server
+# (engine or known-rate server): ansible-test runs each test in a fork of its own, which sets the
+# fixture up again and exits without its teardown, so each test would leave a server running.
+# UNITS_ARGS go to ansible-test, e.g. a test file's path.
+UNITS_ROOT := build/units-$(subst .,,$(notdir $(VENV)))
+UNITS_DIR := $(UNITS_ROOT)/ansible_collections/llmops/sglang
+UNITS_EXCLUDE ?= plugins/module_utils/_detached/test_detached.py plugins/module_utils/_report/test_report.py \
+  plugins/module_utils/_sweep/test_module.py plugins/module_utils/_sweep/test_run.py \
+  plugins/module_utils/_sweep/test_workers.py plugins/module_utils/test_hostfacts.py \
+  plugins/module_utils/test_router.py plugins/lookup/test_engine_files.py repo/test_repo.py \
+  plugins/module_utils/_engine/test_api.py plugins/module_utils/_sweep/test_drift.py \
+  plugins/module_utils/_sweep/test_level.py plugins/module_utils/_sweep/test_rate.py \
+  plugins/module_utils/_sweep/test_scaled_engine.py
+UNITS_ARGS ?=
+
+units-ansible-test: setup router
+	mkdir -p $(UNITS_DIR)/tests
+	find $(UNITS_DIR) -mindepth 1 -maxdepth 1 ! -name tests -exec rm -rf {} +
+	find $(UNITS_DIR)/tests -mindepth 1 -maxdepth 1 ! -name output -exec rm -rf {} +
+	git ls-files -z --cached --others --exclude-standard \
+	  | tar --null --no-recursion --ignore-failed-read -T - -cf - | tar -xf - -C $(UNITS_DIR)
+	ln -sfn $(CURDIR)/$(ROUTER_VENV) $(UNITS_DIR)/$(ROUTER_VENV)
+	cd $(UNITS_DIR) && git init -q
+	pip=$$($(PY) -c 'import sys, types; from ansible_test._internal.python_requirements import get_venv_packages as g; print(g(types.SimpleNamespace(version="%d.%d" % sys.version_info[:2]))["pip"])'); \
+	  cache="$$HOME/.ansible/test/cache/get_pip_$${pip//./_}.py"; \
+	  test -s "$$cache" || install -D -m 644 tools/ansible_test_get_pip.py "$$cache"
+	py=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); cd $(UNITS_DIR) && \
+	  env -u ANSIBLE_CONFIG $(CURDIR)/$(BIN)/ansible-test units --venv --python $$py --color no --num-workers 2 \
+	    $(foreach f,$(UNITS_EXCLUDE),--exclude tests/unit/$(f)) $(UNITS_ARGS)
 
 # The newest ansible-core on a newer Python (skipped, and said so, where none is installed).
 test-newcore: router

@@ -4,7 +4,7 @@
 """Print the embedded engine's calibration table (predicted vs measured) as Markdown.
 
 Usage: .venv/bin/python tools/calibration_table.py
-The same scenarios are asserted by tests/unit/test_perfmodel.py.
+The same scenarios are asserted by tests/unit/plugins/module_utils/_engine/perfmodel/test_perfmodel.py.
 """
 from __future__ import annotations
 

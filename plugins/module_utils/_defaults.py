@@ -5,7 +5,7 @@
 A default appears in up to five places: a role's ``defaults/main.yml`` and its
 ``meta/argument_specs.yml`` (Ansible reads both literally), a module's ``DOCUMENTATION`` and its
 ``argument_spec``, and the Python that does the work (``SweepOptions``, ``PlanRequest``, a
-function's keyword default). The values live here; ``tests/unit/test_defaults.py`` fails when any
+function's keyword default). The values live here; ``tests/unit/repo/test_defaults.py`` fails when any
 of those places says something else. Change a default here first, then where the test points.
 
 ``None`` means "unset: the documented rule applies" (``requests``: max(2*C, 8); ``gpus``: every

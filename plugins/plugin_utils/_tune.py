@@ -5,7 +5,7 @@ the pruning bound, SLO scoring, the winner and why each other candidate lost.
 
 playbooks/tune.yml (role ``tune``) only moves data: it deploys and sweeps what ``decide`` says,
 one candidate after another on a class's representative host, and hands every result back here.
-Kept free of Ansible so that the search is unit-tested as plain Python (tests/unit/test_tune.py).
+Kept free of Ansible so that the search is unit-tested as plain Python (tests/unit/plugins/plugin_utils/test_tune.py).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 # Apache-2.0 (see LICENSE)
 """The auto-tuner's report (controller side, pure): a class's outcome (the choice, the fact,
 the vars file and what happens to the vars files) and the files tune.md, tune.json and
-tune.csv. The search itself is ``_tune``; tests/unit/test_tune.py covers both.
+tune.csv. The search itself is ``_tune``; tests/unit/plugins/plugin_utils/test_tune.py covers both.
 """
 from __future__ import annotations
 

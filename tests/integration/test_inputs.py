@@ -74,7 +74,7 @@ def test_a_report_whose_folder_fails_after_the_sweep_goes_to_the_fallback(tmp_pa
     """Never lose a finished measurement: when the report cannot be written where asked after
     all, sweep_report writes it under ~/.ansible/llmops.sglang/reports/<run id> and fails
     saying where."""
-    from tests.unit.test_report import make_point, make_sweep
+    from tests.unit.plugins.module_utils._report.test_report import make_point, make_sweep
 
     points = [make_point(1, 8, 8, 0, 70.0, 1024, 117.0), make_point(4, 8, 8, 0, 234.0, 1024, 35.0)]
     results = [{"meta": {"host": "node1", "instance": "gpu0", "profile": "mtp"},

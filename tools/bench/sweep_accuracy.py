@@ -25,7 +25,7 @@ M/D/c factor; c = K, deterministic service S); constant arrivals below capacity 
 This was the unit test's 3% assertion; on a loaded machine the server itself runs late (its
 sleeps overrun), so the measured rate is right and the analytic one is not what happened: that
 flaked CI (1268 vs 1333 tok/s). The unit test now compares the sweep with the server's own
-timestamps (tests/unit/test_sweep.py::test_throughput_matches_the_analytic_rate); the accuracy
+timestamps (tests/unit/plugins/module_utils/_sweep/test_run.py::test_throughput_matches_the_analytic_rate); the accuracy
 against the analytic rate is this benchmark, to run on a quiet machine.
 """
 from __future__ import annotations

@@ -35,7 +35,7 @@ One job per file:
 What ships to a host with it: the server role copies this package (every ``.py`` file under
 it, found by walking it) and the files declared below, with the ``llmops.sglang.engine_files``
 lookup, under ``<engine root>/ansible_collections/llmops/sglang/``. Keep the declarations
-complete: tests/unit/test_engine_files.py starts the engine from exactly these files.
+complete: tests/unit/plugins/lookup/test_engine_files.py starts the engine from exactly these files.
 """
 from __future__ import annotations
 

@@ -1,0 +1,89 @@
+"""The server role's filters (plugins/filter/deploy.py) and the plan's wait and ready-time rules
+(plugin_utils/_plan) over module_utils/_deploy: controller-side, apart from the host-side tests
+in tests/unit/plugins/module_utils/test_deploy.py."""
+from __future__ import annotations
+
+import json
+
+from ansible_collections.llmops.sglang.plugins.filter import deploy as deploy_filters
+from ansible_collections.llmops.sglang.plugins.module_utils import _deploy
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import server as server_plan
+
+from ..module_utils.test_deploy import PLAN, _plan_instance
+
+
+def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import pin_seconds
+
+    none = _deploy.ready_timeout(engine="sglang", pin_seconds=0)
+    # 150 GB pinned: the plan's estimate (10 s + 150 GB / 1.2 GB/s = 135 s), with a 1.5x margin
+    assert pin_seconds(150e9) == 135
+    big = _deploy.ready_timeout(engine="sglang", pin_seconds=pin_seconds(150e9))
+    assert none == 600
+    assert big == 600 + int(1.5 * 135)
+    assert _deploy.ready_timeout(engine="sglang", pin_seconds=135, explicit_s=42) == 42
+    assert _deploy.ready_timeout(engine="sim", pin_seconds=0, time_scale=0.01) == int(600 * 0.01 + 30)
+
+
+def test_service_records_filter_and_wait_spec() -> None:
+    services = {"results": [
+        {"item": {"name": "gpu0"}, "changed": False, "pid": 77},
+        {"item": {"name": "gpu1"}, "changed": True, "pid": 88},
+        {"item": {"name": "gpu2"}, "changed": False, "status": {"MainPID": "99"}},  # systemd_service
+        {"item": {"name": "gpu3"}, "skipped": True},
+    ]}
+    rec = deploy_filters._service_records(services, ["gpu0"])
+    assert rec["gpu0"] == {"pid": 77, "started": True}
+    assert rec["gpu1"] == {"pid": 88, "started": True}
+    assert rec["gpu2"] == {"pid": 99, "started": False}
+    assert "gpu3" not in rec
+    # systemd: a unit just started reports MainPID 0 in its start result; the query after it has the pid
+    started = {"results": [{"item": {"name": "gpu0"}, "changed": True, "status": {"MainPID": "0"}}]}
+    queried = {"results": [{"item": {"name": "gpu0"}, "changed": False, "status": {"MainPID": "4242"}}]}
+    assert deploy_filters._service_records(started, [], queried)["gpu0"] == {"pid": 4242, "started": True}
+    spec = server_plan.wait_spec(PLAN["instances"][1], PLAN, {"engine": "sglang"}, "process")
+    assert spec["url"] == "http://127.0.0.1:30001"
+    assert spec["pid_file"] == "/b/gpu1/server.pid" and spec["log_file"] == "/b/gpu1/server.log"
+    assert spec["timeout"] == int(600 + 1.5 * 30)
+    wild = _plan_instance("gpu0", 0, 30000, bind="0.0.0.0")
+    assert server_plan.wait_spec(wild, PLAN, {}, "process")["url"] == "http://127.0.0.1:30000"
+    unit = server_plan.wait_spec(PLAN["instances"][0], PLAN, {}, "systemd")
+    assert unit["unit"] == "sglang@gpu0.service" and "pid_file" not in unit
+
+
+def test_deployment_diff_says_what_to_restart_and_remove() -> None:
+    previous = {"instances": [{"name": "gpu0"}, {"name": "gpu1"}, {"name": "gpu2", "unit": None}]}
+    diff = deploy_filters._deployment_diff(PLAN, previous, ["gpu1", "gpu1", "gpu9"])
+    assert diff == {"restart": ["gpu1"], "remove": [{"name": "gpu2", "unit": None}], "keep": ["gpu0"]}
+    everything = deploy_filters._deployment_diff(PLAN, None, [], engine_changed=True)
+    assert everything == {"restart": ["gpu0", "gpu1"], "remove": [], "keep": []}
+
+
+def test_a_live_instance_left_out_of_the_manifest_is_replaced_or_removed() -> None:
+    """Left by an interrupted deploy (in_manifest false): what it runs is not known, so a planned
+    one restarts even though its script did not change, and an unplanned one is removed."""
+    previous = {"instances": [{"name": "gpu0"}, {"name": "gpu1", "in_manifest": False},
+                              {"name": "gpu2", "in_manifest": False}]}
+    diff = deploy_filters._deployment_diff(PLAN, previous, [])
+    assert diff["restart"] == ["gpu1"] and diff["keep"] == ["gpu0"]
+    assert [i["name"] for i in diff["remove"]] == ["gpu2"]
+
+
+def test_status_line_and_instance_status() -> None:
+    info = json.dumps({"version": "0.5.17", "max_running_requests": 16,
+                       "internal_states": [{"avg_spec_accept_length": 1.0, "last_gen_throughput": 5.0}]}).encode()
+
+    def getter(url: str, timeout: float, key: str | None) -> tuple[int, bytes]:
+        if url.endswith("/health"):
+            return 200, b""
+        if url.endswith("/server_info"):
+            return 404, b""
+        return 200, info
+
+    st = _deploy.instance_status({"name": "gpu0", "connect_url": "http://x:1"}, getter=getter)
+    assert st["up"] and st["version"] == "0.5.17" and st["max_running_requests"] == 16
+    assert st["server_info_path"] == "/get_server_info"
+    line = deploy_filters._status_line(st)
+    assert line.startswith("gpu0: up http://x:1") and "max_running_requests=16" in line
+    assert "NOT IN THE MANIFEST" not in line
+    assert "NOT IN THE MANIFEST (left by an interrupted deploy" in deploy_filters._status_line(dict(st, in_manifest=False))

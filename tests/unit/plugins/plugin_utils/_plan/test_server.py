@@ -1,0 +1,148 @@
+"""plugin_utils/_plan/server.py and taskvars.py: the server role's whole plan from the play's
+variables and one read of the host (what action llmops.sglang.server_plan returns)."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import (
+    backend_of,
+    preflight_spec,
+    server_plan,
+)
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import (
+    REQUEST_VARIABLES,
+    ROLE_SETTINGS,
+    read_inputs,
+)
+
+ROLE_DEFAULTS = Path(__file__).resolve().parents[5] / "roles" / "server" / "defaults" / "main.yml"
+
+
+def _gpu(index: int) -> dict[str, Any]:
+    return {"index": index, "uuid": f"GPU-{index}", "name": "NVIDIA H200", "memory_total_mib": 143771,
+            "memory_used_mib": 0, "memory_free_mib": 143771, "processes": [], "busy": False, "mig_enabled": False}
+
+
+def _facts(running: list[str] | None = None, service_manager: str = "process") -> dict[str, Any]:
+    return {
+        "gpus": [_gpu(0), _gpu(1)],
+        "memory": {"mem_total_bytes": 2000 * 2**30, "mem_available_bytes": 1800 * 2**30, "cgroup_limit_bytes": None,
+                   "cgroup_usage_bytes": None, "cgroup_available_bytes": None, "budget_bytes": 1800 * 2**30},
+        "cpu_count": 64, "service_manager": service_manager,
+        "deployment": {"base_dir": "/srv/sglang",
+                       "instances": [{"name": n, "running": True} for n in (running or [])]},
+    }
+
+
+def _vars(**over: Any) -> dict[str, Any]:
+    import yaml
+    values = yaml.safe_load(ROLE_DEFAULTS.read_text())
+    values.update(sglang_profile="mtp", sglang_engine="sim", sglang_model_path="/models/q",
+                  sglang_base_dir="/srv/sglang", sglang_venv="/srv/venv", sglang_sim_time_scale=0.1,
+                  sglang_rollout_routers=[])
+    values.update(over)
+    return values
+
+
+def _plan(config: dict[str, Any], facts: dict[str, Any] | None = None, current: dict[str, Any] | None = None,
+          groups: dict[str, Any] | None = None, **over: Any) -> dict[str, Any]:
+    values = _vars(**over)
+    inputs = read_inputs(values.get, "node1", lambda hosts: [f"10.0.0.{i + 1}" for i, _ in enumerate(hosts)],
+                         groups or {})
+    return server_plan(inputs, facts or _facts(), current, config)
+
+
+@pytest.fixture(scope="module")
+def hybrid(fixtures_dir: Path) -> dict[str, Any]:
+    return json.loads((fixtures_dir / "sglang-0.5.17-h200" / "hybrid" / "model-config.json").read_text())
+
+
+def test_every_mapped_variable_is_a_role_default() -> None:
+    import yaml
+    defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
+    names = set(REQUEST_VARIABLES.values()) | set(ROLE_SETTINGS.values())
+    assert sorted(names - set(defaults)) == []
+
+
+def test_plan_carries_what_the_role_renders(hybrid: dict[str, Any]) -> None:
+    plan = _plan(hybrid, sglang_env={"PYTHONPATH": "/extra", "FOO": "bar"}, sglang_hf_token="hf_secret",
+                 sglang_api_key="k")
+    assert plan["backend"] == "process" and plan["python"] == "/srv/venv/bin/python" and plan["host"] == "node1"
+    assert plan["install"]["packages"] == ["aiohttp==3.14.5"] and plan["install"]["enabled"] is True
+    gpu1 = plan["instances"][1]
+    assert gpu1["env"]["CUDA_VISIBLE_DEVICES"] == "1" and gpu1["env"]["FOO"] == "bar"
+    assert gpu1["env"]["PYTHONPATH"] == "/srv/sglang/engine:/extra"
+    assert gpu1["env"]["LLMOPS_SIM_GPUS"] == "NVIDIA H200,NVIDIA H200"
+    assert gpu1["env"]["LLMOPS_SIM_TIME_SCALE"] == "0.1" and gpu1["env"]["LLMOPS_SGLANG_RELEASE"] == "0.5.23"
+    # secrets: named, never their values
+    assert gpu1["env_secrets"] == {"HF_TOKEN": "sglang_hf_token"} and "hf_secret" not in json.dumps(plan)
+    assert '"k"' not in json.dumps(plan) and gpu1["secrets"] == {"api-key": "sglang_api_key"}
+    assert gpu1["wait"] == {"name": "gpu1", "url": gpu1["connect_url"], "timeout": gpu1["wait"]["timeout"],
+                            "log_file": gpu1["paths"]["log_file"], "pid_file": gpu1["paths"]["pid_file"]}
+    assert [p["port"] for p in plan["preflight"]["ports"]] == [30000, 31000, 30001, 31001]
+    assert plan["preflight"]["executables"][0]["path"] == "python3"
+    assert plan["unit_paths"]["launch_script"] == "/srv/sglang/%i/launch.sh"
+
+
+def test_backend_auto_is_resolved_once_from_the_facts(hybrid: dict[str, Any]) -> None:
+    assert _plan(hybrid, facts=_facts(service_manager="systemd"))["backend"] == "systemd"
+    assert _plan(hybrid, facts=_facts(service_manager="none"))["backend"] == "process"
+    plan = _plan(hybrid, facts=_facts(service_manager="none"), sglang_service_manager="systemd")
+    assert plan["backend"] == "systemd" and plan["instances"][0]["wait"]["unit"] == "sglang@gpu0.service"
+    with pytest.raises(PlanError, match="sglang_service_manager='upstart'"):
+        backend_of("upstart", "systemd")
+
+
+def test_previous_deployment_and_running_instances_come_with_the_plan(hybrid: dict[str, Any]) -> None:
+    current = {"manifest": {"instances": [{"name": "gpu0"}], "engine": "sim"}}
+    plan = _plan(hybrid, facts=_facts(running=["gpu0"]), current=current)
+    assert plan["previous"] == current["manifest"] and plan["running"] == ["gpu0"]
+
+
+def test_errors_name_the_role_variable(hybrid: dict[str, Any]) -> None:
+    with pytest.raises(PlanError, match=r"sglang_base_port='x': must be an integer"):
+        _plan(hybrid, sglang_base_port="x")
+    with pytest.raises(PlanError, match="sglang_model_path='/models/q': no config.json"):
+        _plan(None)  # type: ignore[arg-type]
+
+
+def test_tp_group_hosts_and_addresses_from_the_inventory(hybrid: dict[str, Any]) -> None:
+    plan = _plan(copy.deepcopy(hybrid), groups={"tp": ["node0", "node1"]}, sglang_tp_group="tp", sglang_tp_size=2,
+                 sglang_gpus=[0])
+    argv = plan["instances"][0]["argv"]
+    assert argv[argv.index("--node-rank") + 1] == "1" and argv[argv.index("--dist-init-addr") + 1] == "10.0.0.1:32000"
+
+
+def test_unknown_tp_group_is_refused(hybrid: dict[str, Any]) -> None:
+    with pytest.raises(PlanError, match="sglang_tp_group='nope': no such inventory group"):
+        _plan(hybrid, sglang_tp_group="nope")
+
+
+def test_preflight_spec_from_a_plan() -> None:
+    plan = {"model": {"path": "/models/m/"}, "instances": [
+        {"name": "gpu0", "port": 30000, "nccl_port": 31000}, {"name": "gpu1", "port": 30001, "nccl_port": 31001}]}
+    spec = preflight_spec(plan, {"engine": "sglang"}, python="/v/bin/python", install=False)
+    assert [(p["port"], p["instance"], p["what"]) for p in spec["ports"]] == [
+        (30000, "gpu0", "HTTP"), (31000, "gpu0", "NCCL"), (30001, "gpu1", "HTTP"), (31001, "gpu1", "NCCL")]
+    assert spec["files"][0]["path"] == "/models/m/config.json"
+    assert spec["executables"][0]["path"] == "/v/bin/python"
+    hub = preflight_spec(dict(plan, model={"path": "Qwen/Qwen3-8B"}), {"engine": "sglang"},
+                         python="/v/bin/python", install=True)
+    assert hub["files"] == [] and hub["executables"][0]["path"] == "python3"
+
+
+def test_preflight_spec_asks_for_the_packages_only_when_the_role_installs() -> None:
+    plan = {"model": {"path": "/models/m"}, "instances": []}
+    packages = {"venv": "/opt/sglang/venv", "requirements": ["sglang==0.5.23"]}
+    installing = preflight_spec(plan, {"engine": "sglang"}, python="/opt/sglang/venv/bin/python", install=True,
+                                packages=packages)
+    assert installing["packages"] == packages
+    existing = preflight_spec(plan, {"engine": "sglang"}, python="/srv/py/bin/python", install=False,
+                              packages=packages)
+    assert "packages" not in existing

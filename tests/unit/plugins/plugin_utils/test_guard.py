@@ -1,0 +1,299 @@
+"""The rollout guard's decision (plugin_utils/_guard.py) on metric windows built from the real
+SGLang 0.5.17 recordings (tests/fixtures/metrics/) and from texts derived from them: counters
+scaled (a shorter window), histograms stretched (every latency x k), error responses added."""
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _guard as g
+
+METRICS = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
+
+
+def text(kind: str) -> str:
+    return (METRICS / f"sglang-0.5.17-h200-{kind}.txt").read_text()
+
+
+def scale(body: str, factor: float) -> str:
+    """Every counter, bucket, count and sum x factor: the same server earlier in its life."""
+    out = []
+    for line in body.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1).endswith(COUNTER_SUFFIXES):
+            line = f"{m.group(1)}{m.group(2) or ''} {float(m.group(3)) * factor}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def stretch(body: str, metric: str, factor: float) -> str:
+    """Histogram ``metric`` as if every observation took ``factor`` times as long: each
+    cumulative bucket becomes the old (piecewise-linear) CDF at le / factor; the sum x factor."""
+    buckets: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for line in body.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == f"sglang:{metric}_bucket":
+            le = float(re.search(r'le="([^"]+)"', m.group(2)).group(1))
+            key = re.sub(r'le="[^"]+",?', "", m.group(2))
+            buckets[key].append((le, float(m.group(3))))
+
+    def cdf(key: str, x: float) -> float:
+        rows = sorted(buckets[key])
+        bounds = [b for b, _ in rows]
+        i = bisect.bisect_left(bounds, x)
+        if i < len(rows) and bounds[i] == x:
+            return rows[i][1]
+        lo, clo = (rows[i - 1] if i else (0.0, 0.0))
+        hi, chi = rows[i]
+        return chi if hi == float("inf") else clo + (chi - clo) * (x - lo) / (hi - lo)
+
+    out = []
+    for line in body.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == f"sglang:{metric}_bucket":
+            le = float(re.search(r'le="([^"]+)"', m.group(2)).group(1))
+            key = re.sub(r'le="[^"]+",?', "", m.group(2))
+            line = f"{m.group(1)}{m.group(2)} {cdf(key, le / factor)}"
+        elif m and m.group(1) == f"sglang:{metric}_sum":
+            line = f"{m.group(1)}{m.group(2) or ''} {float(m.group(3)) * factor}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def with_errors(body: str, count: float, status: str = "500") -> str:
+    return body + (f'sglang:http_responses_total{{endpoint="/v1/completions",method="POST",'
+                   f'status_code="{status}"}} {count}\n')
+
+
+def window(end: str, start_factor: float = 0.5, *, running: float | None = 4.0, start: str | None = None) -> dict:
+    """A 60-s window ending at ``end`` and starting at ``end`` scaled (or at ``start``)."""
+    return g.instance_window(start if start is not None else scale(end, start_factor), end, 60.0,
+                             running_mean=running)
+
+
+def by_name(result: dict) -> dict[str, dict]:
+    return {c["check"]: c for c in result["checks"]}
+
+
+def test_same_configuration_passes_on_real_texts() -> None:
+    dense = text("dense")
+    result = g.decide([window(dense)], [window(dense), window(dense)])
+    assert result["decision"] == g.PASS, result["reason"]
+    assert result["canary"]["requests"] == pytest.approx(183 / 2 + 0.5, abs=1)
+    # TTFT of the streaming requests sits in the first bucket: reported as such, not as a value
+    assert by_name(result)["ttft_p50"]["canary"] == "< 0.1"
+
+
+def test_real_window_between_two_recordings_of_one_server() -> None:
+    """hybrid after-sweep-real -> after-sweep-warm: two scrapes of the same running server."""
+    w = g.instance_window(text("hybrid-after-sweep-real"), text("hybrid-after-sweep-warm"), 120.0, running_mean=8)
+    assert not w["restarted"]
+    assert w["finished"] == 994 - 511
+    assert w["generation_tokens"] == 228768 - 117968
+    result = g.decide([w], [w])
+    assert result["decision"] == g.PASS, result["reason"]
+    accept = by_name(result)["spec_accept_length"]
+    assert accept["canary"] == pytest.approx((228768 - 117968) / (227778 - 117463), rel=1e-3)
+
+
+@pytest.mark.parametrize("metric,check", [("time_to_first_token_seconds", "ttft_mean"),
+                                          ("inter_token_latency_seconds", "itl_p50")])
+def test_twice_the_latency_fails(metric: str, check: str) -> None:
+    dense = text("dense")
+    slow = stretch(dense, metric, 2.0)
+    result = g.decide([window(slow)], [window(dense)])
+    assert result["decision"] == g.FAIL
+    assert by_name(result)[check]["verdict"] == g.FAIL
+    assert check in result["reason"]
+
+
+def test_twice_the_itl_fails_on_hybrid_with_spec() -> None:
+    hybrid = text("hybrid-after-sweep-warm")
+    result = g.decide([window(stretch(hybrid, "inter_token_latency_seconds", 2.0))], [window(hybrid)])
+    assert result["decision"] == g.FAIL
+    assert any(c["check"].startswith("itl") and c["verdict"] == g.FAIL for c in result["checks"])
+
+
+def test_ten_percent_slower_passes() -> None:
+    dense = text("dense")
+    slower = stretch(stretch(dense, "inter_token_latency_seconds", 1.1), "time_to_first_token_seconds", 1.1)
+    assert g.decide([window(slower)], [window(dense)])["decision"] == g.PASS
+
+
+def test_errors_beyond_noise_fail() -> None:
+    dense = text("dense")
+    result = g.decide([g.instance_window(scale(dense, 0.5), with_errors(dense, 20), 60, running_mean=4)],
+                      [window(dense), window(dense)])
+    errors = by_name(result)["error_rate"]
+    assert result["decision"] == g.FAIL and errors["verdict"] == g.FAIL
+    assert errors["canary"] > 0.15 and errors["baseline"] < 0.01  # the capture's one 400, halved
+
+
+def test_one_error_each_side_is_noise() -> None:
+    dense = text("dense")
+    result = g.decide([g.instance_window(scale(dense, 0.5), with_errors(dense, 1), 60, running_mean=4)],
+                      [g.instance_window(scale(dense, 0.5), with_errors(dense, 1, "503"), 60, running_mean=4)])
+    assert by_name(result)["error_rate"]["verdict"] == g.PASS
+    assert result["decision"] == g.PASS
+
+
+def test_the_capture_bad_request_counts_as_client_error_only_when_asked() -> None:
+    dense = text("dense")  # has one /v1/completions 400
+    w = g.instance_window(None, dense, 60, running_mean=4)
+    assert w["client_errors"] == 1 and w["server_errors"] == 0
+    on = g.side([w], g.thresholds())
+    off = g.side([w], g.thresholds({"count_client_errors": False}))
+    assert on["errors"] == 1 and off["errors"] == 0
+
+
+def test_too_little_traffic_is_inconclusive() -> None:
+    dense = text("dense")
+    result = g.decide([window(dense, 0.95)], [window(dense, 0.95)])
+    assert result["decision"] == g.INCONCLUSIVE
+    assert "too little traffic" in result["reason"]
+    assert result["canary"]["requests"] < 50
+
+
+def test_a_canary_failing_most_of_few_requests_still_fails() -> None:
+    dense = text("dense")
+    canary = g.instance_window(scale(dense, 0.95), with_errors(dense, 8), 60, running_mean=4)
+    result = g.decide([canary], [window(dense)])
+    assert result["decision"] == g.FAIL
+
+
+def test_counter_reset_counts_from_the_restart() -> None:
+    dense = text("dense")
+    # the start scrape was taken before a restart: its counters are above the end's
+    w = g.instance_window(dense, scale(dense, 0.5), 60, running_mean=4)
+    assert w["restarted"] and w["seconds"] is None
+    assert w["finished"] == pytest.approx(183 / 2)
+    result = g.decide([w], [window(dense)])
+    assert result["decision"] == g.PASS, result["reason"]
+    assert by_name(result)["throughput_per_running"]["verdict"] == g.NOT_MEASURED
+
+
+def test_halved_throughput_per_running_request_fails() -> None:
+    dense = text("dense")
+    result = g.decide([window(dense, running=8.0)], [window(dense, running=4.0)])
+    check = by_name(result)["throughput_per_running"]
+    assert check["verdict"] == g.FAIL and result["decision"] == g.FAIL
+
+
+def test_lower_accept_length_fails() -> None:
+    warm = text("hybrid-after-sweep-warm")
+    fewer = re.sub(r"^(sglang:spec_verify_calls_total\{[^}]*\}) (\S+)$",
+                   lambda m: f"{m.group(1)} {float(m.group(2)) * 1.5}", warm, flags=re.M)
+    result = g.decide([window(fewer)], [window(warm)])
+    assert by_name(result)["spec_accept_length"]["verdict"] == g.FAIL
+
+
+def test_no_accept_check_without_spec() -> None:
+    dense = text("dense")
+    assert "spec_accept_length" not in by_name(g.decide([window(dense)], [window(dense)]))
+
+
+def test_quantile_interpolates_and_knows_the_first_bucket() -> None:
+    hist = g.Histogram([0.1, 0.2, float("inf")], [0, 10, 0], 10, 1.5)
+    value, lower, upper = g.quantile(hist, 0.5)
+    assert (value, lower, upper) == (pytest.approx(0.15), 0.1, 0.2)
+    first = g.Histogram([0.1, 0.2, float("inf")], [10, 0, 0], 10, 0.5)
+    assert g.quantile(first, 0.9)[1] == 0.0
+    tail = g.Histogram([0.1, 0.2, float("inf")], [0, 0, 3], 3, 3.0)
+    assert g.quantile(tail, 0.5) == (None, 0.2, float("inf"))
+
+
+def test_baseline_in_first_bucket_compared_at_its_bound() -> None:
+    """Baseline TTFT p50 below 100 ms; canary at 0.14 s: not flagged (it may be 70 ms against
+    90 ms), at 0.3 s: flagged (above 1.5 x 0.1 + slack whatever the baseline was)."""
+    def fake(bucket: int) -> dict:
+        counts = [0.0] * 4
+        counts[bucket] = 100.0
+        hist = g.Histogram([0.1, 0.2, 0.4, float("inf")], counts, 100, 0.0)
+        return {"restarted": False, "seconds": 60.0, "responses": 100, "finished": 100, "client_errors": 0,
+                "server_errors": 0, "aborted": 0, "generation_tokens": 1000, "spec": False, "verify_calls": 0,
+                "running_mean": 1.0, "histograms": {"ttft": hist, "itl": hist}}
+    limits = {"latency_quantiles": [0.5]}
+    near = by_name(g.decide([fake(1)], [fake(0)], {**limits, "max_itl_ratio": 10}))
+    assert near["ttft_p50"]["verdict"] == g.PASS and near["ttft_p50"]["baseline"] == "< 0.1"
+    far = by_name(g.decide([fake(2)], [fake(0)], {**limits, "max_itl_ratio": 10}))
+    assert far["ttft_p50"]["verdict"] == g.FAIL
+
+
+def test_different_buckets_refused() -> None:
+    dense = text("dense")
+    other = dense.replace('le="0.1"', 'le="0.05"')
+    with pytest.raises(g.GuardError, match="same buckets"):
+        g.decide([window(other)], [window(dense)])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"max_ttft_ratio": "2"}, "a number >= 0"),
+    ({"ttft": 2}, "unknown key 'ttft'"),
+    ({"latency_quantiles": [0.5, 1.5]}, "quantiles in \\(0, 1\\)"),
+    ({"count_client_errors": 1}, "true or false"),
+    ({"min_requests": 0}, "at least 1"),
+])
+def test_bad_thresholds_named(overrides: dict, message: str) -> None:
+    with pytest.raises(g.GuardError, match=message):
+        g.thresholds(overrides)
+
+
+def test_thresholds_override_and_defaults() -> None:
+    limits = g.thresholds({"max_ttft_ratio": 3, "latency_quantiles": [0.99]})
+    assert limits["max_ttft_ratio"] == 3 and limits["latency_quantiles"] == [0.99]
+    assert limits["min_requests"] == g.DEFAULTS["min_requests"]
+
+
+def test_binomial_tail() -> None:
+    assert g.binomial_tail(0, 10, 0.3) == 1.0
+    assert g.binomial_tail(3, 3, 0.5) == pytest.approx(0.125)
+    assert g.binomial_tail(2, 4, 0.5) == pytest.approx(11 / 16)
+    assert g.binomial_tail(500, 1000, 0.1) < 1e-100
+
+
+def test_baseline_beyond_the_last_bucket_is_not_compared() -> None:
+    hist = g.Histogram([0.1, float("inf")], [0, 100], 100, 1000.0)
+    fast = g.Histogram([0.1, float("inf")], [100, 0], 100, 1.0)
+
+    def w(h: g.Histogram) -> dict:
+        return {"restarted": False, "seconds": 60.0, "responses": 100, "finished": 100, "client_errors": 0,
+                "server_errors": 0, "aborted": 0, "generation_tokens": 1000, "spec": False, "verify_calls": 0,
+                "running_mean": 1.0, "histograms": {"ttft": h, "itl": fast}}
+    checks = by_name(g.decide([w(hist)], [w(hist)], {"latency_quantiles": [0.5]}))
+    assert checks["ttft_p50"]["verdict"] == g.INCONCLUSIVE and checks["ttft_p50"]["baseline"] == "> 0.1"
+
+
+ROUTER_T0 = """# TYPE smg_worker_cb_outcomes_total counter
+smg_worker_cb_outcomes_total{worker="http://10.0.0.1:30000",outcome="success"} 100
+smg_worker_cb_outcomes_total{worker="http://10.0.0.2:30000",outcome="success"} 100
+smg_worker_cb_outcomes_total{worker="http://10.0.0.3:30000",outcome="success"} 100
+"""
+
+
+def router_end(canary_failures: int) -> str:
+    return (ROUTER_T0.replace("} 100", "} 200")
+            + f'smg_worker_cb_outcomes_total{{worker="http://10.0.0.1:30000",outcome="failure"}} {canary_failures}\n')
+
+
+def test_router_failures_of_the_canary_fail_even_when_its_server_saw_none() -> None:
+    """Refused connections never reach the server's /metrics; the router's breaker counts them."""
+    dense = text("dense")
+    outcomes = g.router_outcomes(ROUTER_T0, router_end(30), ["http://10.0.0.1:30000"],
+                                 ["http://10.0.0.2:30000", "http://10.0.0.3:30000"])
+    assert outcomes["canary"]["requests"] == 130 and outcomes["canary"]["errors"] == 30
+    assert outcomes["baseline"]["requests"] == 200 and outcomes["baseline"]["errors"] == 0
+    result = g.decide([window(dense)], [window(dense)], router=outcomes)
+    assert result["decision"] == g.FAIL and by_name(result)["router_error_rate"]["verdict"] == g.FAIL
+    quiet = g.router_outcomes(ROUTER_T0, router_end(0), ["http://10.0.0.1:30000"], ["http://10.0.0.2:30000"])
+    assert g.decide([window(dense)], [window(dense)], router=quiet)["decision"] == g.PASS
+
+
+def test_router_restart_counts_from_the_restart() -> None:
+    outcomes = g.router_outcomes(router_end(0), ROUTER_T0, ["http://10.0.0.1:30000"], ["http://10.0.0.2:30000"])
+    assert outcomes["canary"]["requests"] == 100
