@@ -37,7 +37,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import L
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.batching import Scheduler
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[5]
 MODEL = ROOT / "data" / "models" / "qwen3-0.6b-dense"
 RELEASE = "0.5.17"
 

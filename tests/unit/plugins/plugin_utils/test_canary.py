@@ -8,7 +8,8 @@ import pytest
 from ansible_collections.llmops.sglang.plugins.module_utils import _rolloutwindow as rw
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _canary as c
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _guard as g
-from tests.unit.test_guard import scale, text, with_errors
+
+from .test_guard import scale, text, with_errors
 
 
 class FakeClock:
