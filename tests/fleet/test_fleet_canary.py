@@ -84,8 +84,8 @@ def test_1_good_change_with_a_canary_goes_through(fleet: Fleet, capsys: pytest.C
     first = _deploy(fleet, "A")
     assert first.rc == 0, first.out[-5000:]
     assert _wait_router(fleet, _advertised(fleet)) == _advertised(fleet)
-    run, client = _under_load(fleet, lambda: _deploy(fleet, "B", sglang_rollout_canary=1,
-                                                      sglang_rollout_canary_seconds=20, sglang_rollout_guard=GUARD))
+    run, client = _under_load(fleet, lambda: _deploy(fleet, "B", sglang_rollout_canary=1, sglang_rollout_canary_seconds=20,
+                                                     sglang_rollout_guard=GUARD))
     assert run.rc == 0, run.out[-6000:]
     assert "guard: PASS" in run.out, run.out[-6000:]
     (verdict,) = _verdicts(fleet)
@@ -109,7 +109,7 @@ def test_2_bad_change_is_caught_by_the_canary_and_rolled_back(fleet: Fleet,
     _needs("good")
     before = _state(fleet)
     run, client = _under_load(fleet, lambda: _deploy(fleet, "C", sglang_env=FAULT, sglang_rollout_canary=1,
-                                                      sglang_rollout_canary_seconds=20, sglang_rollout_guard=GUARD))
+                                                     sglang_rollout_canary_seconds=20, sglang_rollout_guard=GUARD))
     assert run.rc != 0, run.out[-6000:]
     assert "The rollout guard rolled back gpu0 of server1" in run.out and "guard: FAIL" in run.out, run.out[-6000:]
     verdict = _verdicts(fleet)[-1]
@@ -144,8 +144,8 @@ def _version_of_argv(argv: list[str]) -> str:
     return "A"
 
 
-def test_3_rollback_yml_restores_the_previous_configuration_under_load(fleet: Fleet,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_3_rollback_yml_restores_the_previous_configuration_under_load(
+        fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
     # on its own too: B (nothing to do after scenario 2, which left B everywhere), then D
     base = _deploy(fleet, "B", sglang_rollout_batch=1)
     assert base.rc == 0, base.out[-6000:]
@@ -182,8 +182,6 @@ def test_4_capacity_floor_refuses_a_batch_that_breaks_it(fleet: Fleet) -> None:
     ok = _deploy(fleet, "C", sglang_rollout_batch=1, sglang_rollout_min_available=5)
     assert ok.rc == 0, ok.out[-5000:]
     assert all(v == "C" for insts in _versions(fleet).values() for v in insts.values())
-
-
 
 
 @pytest.mark.skipif(not os.environ.get("FLEET_MEASURE"), reason="FLEET_MEASURE=1: docs/fleet.md time model check")
