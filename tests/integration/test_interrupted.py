@@ -70,6 +70,23 @@ def _end(proc: subprocess.Popen, reader: _Reader, timeout: float = 120) -> tuple
     return proc.returncode, reader.text()
 
 
+def _interrupt(proc: subprocess.Popen, reader: _Reader, sig: signal.Signals) -> None:
+    """Send ``sig`` to the run's process group. ansible-core can lose a SIGINT that lands while
+    its main process forks a worker: the KeyboardInterrupt its signal handler raises is "ignored"
+    inside logging's at-fork hook and the play goes on (seen once in CI: "Exception ignored in:
+    <function _releaseLock ...> ... KeyboardInterrupt", then rc 0). Then it is sent again, as a
+    user would press Ctrl-C a second time."""
+    os.killpg(proc.pid, sig)
+    if sig != signal.SIGINT:
+        return
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        if "Exception ignored in" in reader.text():
+            os.killpg(proc.pid, sig)
+            return
+        time.sleep(0.05)
+
+
 def _kill_leftovers(groups: list[int]) -> None:
     for pgid in groups:
         for pid in group_members(pgid):
@@ -106,7 +123,7 @@ def test_an_interrupted_deploy_leaves_nothing_that_status_and_stop_do_not_see(
             assert _until(lambda: _pid_file(dep, "gpu1") is not None, 240), reader.text()[-3000:]
         else:
             assert _until(lambda: reader.seen(WAIT_TASK), 240), reader.text()[-3000:]
-        os.killpg(proc.pid, sig)
+        _interrupt(proc, reader, sig)
         rc, out = _end(proc, reader)
         assert rc != 0, out[-3000:]
         gpu1 = _pid_file(dep, "gpu1")
