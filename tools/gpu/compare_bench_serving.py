@@ -1,7 +1,7 @@
 """The collection's sweep next to SGLang's bench_serving, from one run of tools/gpu/run_collection.sh.
 
-    mkdir -p /tmp/run && tar -C /tmp/run -xzf run.tar.gz
-    .venv/bin/python tools/gpu/compare_bench_serving.py /tmp/run/work
+    mkdir -p reports/gpu-run && tar -C reports/gpu-run -xzf run.tar.gz
+    .venv/bin/python tools/gpu/compare_bench_serving.py reports/gpu-run/work
 
 Reads the bench reports the steps benchrate and benchprefix wrote (report-h200-rate/,
 report-h200-prefix/: each instance's `{"meta", "sweep"}` JSON), bench_serving's own lines
