@@ -39,10 +39,7 @@ class ActionModule(ActionBase):
             seconds = float(args.get("seconds", 0))
             interval = float(args.get("interval", 1.0))
             _guard.thresholds(args.get("thresholds") or {})
-            on_inconclusive = str(args.get("on_inconclusive") or "proceed")
-            if on_inconclusive not in _canary.ON_INCONCLUSIVE:
-                raise _guard.GuardError(f"sglang_rollout_guard_on_inconclusive={on_inconclusive!r}: it takes "
-                                        f"{' or '.join(_canary.ON_INCONCLUSIVE)}")
+            on_inconclusive = _canary.check_on_inconclusive(args.get("on_inconclusive") or "proceed")
             hostvars = task_vars.get("hostvars") or {}
             servers = list((task_vars.get("groups") or {}).get("sglang_servers") or [])
             picked = _canary.sides(hostvars, servers, host, list(args.get("canary") or []), router_host)

@@ -17,16 +17,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._router import normalize_url
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _guard
+from ansible_collections.llmops.sglang.plugins.plugin_utils._routing import worker_url
 
 ON_INCONCLUSIVE = ("proceed", "rollback")
 
 
-def worker_url(inst: Mapping[str, Any], host: str, router_host: str) -> str | None:
-    """An instance's URL as the router on ``router_host`` reaches it (``_routing.worker_urls``'s rule)."""
-    url = inst.get("connect_url") if host == router_host else inst.get("advertise_url")
-    return normalize_url(str(url)) if url else None
+def check_on_inconclusive(value: Any) -> str:
+    """``sglang_rollout_guard_on_inconclusive`` checked: proceed or rollback."""
+    if value not in ON_INCONCLUSIVE:
+        raise _guard.GuardError(f"sglang_rollout_guard_on_inconclusive={value!r}: it takes "
+                                f"{' or '.join(ON_INCONCLUSIVE)}")
+    return str(value)
 
 
 def sides(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str], host: str, canary: Sequence[str],
@@ -70,9 +72,7 @@ def judge(window: Mapping[str, Any], picked: Mapping[str, Any], overrides: Mappi
           on_inconclusive: str = "proceed") -> dict[str, Any]:
     """The guard's verdict on one window (the rollout_window module's result), with
     ``rollback`` (what the role does) and ``lines`` (what the operator reads)."""
-    if on_inconclusive not in ON_INCONCLUSIVE:
-        raise _guard.GuardError(f"sglang_rollout_guard_on_inconclusive={on_inconclusive!r}: it takes "
-                                f"{' or '.join(ON_INCONCLUSIVE)}")
+    on_inconclusive = check_on_inconclusive(on_inconclusive)
     seconds = float(window.get("seconds") or 0.0)
     scraped = window.get("instances") or {}
     problems = []

@@ -29,6 +29,14 @@ def node_rank(instance: dict[str, Any]) -> int:
 NOT_READ = object()
 
 
+def worker_url(inst: dict[str, Any], host: str, router_host: str) -> str | None:
+    """The URL a router on inventory host ``router_host`` reaches an instance of ``host`` at: its
+    ``connect_url`` on the router's own host (loopback for a wildcard or loopback bind), else its
+    ``advertise_url``; normalized. None when the instance has no such URL."""
+    url = inst.get("connect_url") if host == router_host else inst.get("advertise_url")
+    return normalize_url(str(url)) if url else None
+
+
 def worker_urls(deployments: dict[str, Any], router_host: str) -> list[str]:
     """The worker URLs a router on inventory host ``router_host`` registers: every rank-0
     instance of every server host's deployment (host -> manifest, None for a host with no
@@ -50,14 +58,14 @@ def worker_urls(deployments: dict[str, Any], router_host: str) -> list[str]:
             if inst.get("rank0") is False or node_rank(inst) > 0 or inst.get("in_manifest") is False:
                 continue
             same = host == router_host
-            url = inst.get("connect_url") if same else inst.get("advertise_url")
+            url = worker_url(inst, host, router_host)
             if not url:
                 problems.append(f"instance {inst.get('name')} of {host} has no {'connect_url' if same else 'advertise_url'}"
                                 + ("" if same else f": it listens on loopback only, which the router on {router_host} "
                                    "cannot reach; bind the servers to an address other hosts reach "
                                    "(sglang_host_address)"))
                 continue
-            urls.append(normalize_url(url))
+            urls.append(url)
     if problems:
         raise RouterError(f"cannot list the workers of the router on {router_host}: " + "; ".join(problems))
     return list(dict.fromkeys(urls))
