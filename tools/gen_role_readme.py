@@ -24,12 +24,19 @@ def _cell(value: object) -> str:
 
 def render(specs: dict) -> str:
     out = [BEGIN, "", "_Generated from meta/argument_specs.yml by tools/gen_role_readme.py._", ""]
+    seen: dict[int, str] = {}  # an entry point whose options are another's (a YAML alias) points there
     for entry, spec in specs["argument_specs"].items():
         out.append(f"### Entry point `{entry}`: {spec.get('short_description', '')}")
         out.append("")
+        options = spec.get("options") or {}
+        if options and id(options) in seen:
+            out.append(f"The same variables as the entry point `{seen[id(options)]}`.")
+            out.append("")
+            continue
+        seen[id(options)] = entry
         out.append("| variable | type | default | description |")
         out.append("|---|---|---|---|")
-        for name, opt in (spec.get("options") or {}).items():
+        for name, opt in options.items():
             default = "(required)" if opt.get("required") else opt.get("default", "")
             if isinstance(default, (list, dict)):
                 default = yaml.safe_dump(default, default_flow_style=True).strip()

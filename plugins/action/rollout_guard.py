@@ -25,7 +25,7 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("canary", "seconds", "thresholds", "on_inconclusive", "router_host",
-                             "router_metrics_url", "interval", "api_key", "report_dir", "phase", "changed", "probe_rate"))
+                             "router_metrics_url", "interval", "api_key", "report_dir", "phase", "changed", "probe_rate", "step"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -65,9 +65,10 @@ class ActionModule(ActionBase):
         report = self._keep(verdict, args.get("report_dir"))
         if report:
             verdict["lines"].append(f"  report: {report}")
+        stop = _canary.stop_lines(verdict, host, list(args.get("canary") or [])) if verdict["rollback"] else []
         return {**result, "changed": False, "_ansible_verbose_always": True, "decision": verdict["decision"],
                 "rollback": verdict["rollback"], "restore": verdict["restore"], "reason": verdict["reason"], "lines": verdict["lines"],
-                "report": report, "verdict": verdict}
+                "stop": stop, "step": args.get("step"), "report": report, "verdict": verdict}
 
     @staticmethod
     def _keep(verdict: dict[str, Any], folder: Any) -> str | None:

@@ -267,8 +267,9 @@ def has_previous(paths: Mapping[str, str]) -> bool:
 
 def restore_previous(instances: list[Mapping[str, Any]], names: Collection[str], check: bool) -> dict[str, list[str]]:
     """Put each named instance's ``previous/`` files back in place; the files they replace go to
-    ``<dir>/rolled-back/`` (kept: what was rolled back stays readable). ``{restored, missing}``:
-    ``missing`` names the instances without a previous copy (their files are left alone)."""
+    ``<dir>/rolled-back/`` (kept: what was rolled back stays readable). ``{restored, missing,
+    lines}``: ``missing`` names the instances without a previous copy (their files are left
+    alone), ``lines`` says so for the operator."""
     restored: list[str] = []
     missing: list[str] = []
     for inst in instances:
@@ -296,7 +297,8 @@ def restore_previous(instances: list[Mapping[str, Any]], names: Collection[str],
             os.rmdir(os.path.join(paths["dir"], PREVIOUS))
         except OSError:
             pass  # a file someone put there: left in place
-    return {"restored": restored, "missing": missing}
+    lines = [f"no previous configuration kept for {', '.join(missing)}: left as they are"] if missing else []
+    return {"restored": restored, "missing": missing, "lines": lines}
 
 
 def stamp_matches(path: str, digest: str) -> bool:

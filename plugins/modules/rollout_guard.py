@@ -78,6 +78,11 @@ options:
     description: C(canary) or C(batch), in the report's name.
     type: str
     default: batch
+  step:
+    description:
+      - The rollout batch watched (the server role's batch record), returned unchanged as C(step)
+        so that a rollback replaces that batch again.
+    type: dict
 extends_documentation_fragment:
   - llmops.sglang.server_api
 attributes:
@@ -130,6 +135,16 @@ lines:
   returned: success
   type: list
   elements: str
+stop:
+  description: When the verdict says roll back, why the rollout stops - the batch and host rolled
+    back with the reason, and the instances whose files go back without a restart (empty otherwise).
+  returned: success
+  type: list
+  elements: str
+step:
+  description: O(step), unchanged.
+  returned: success
+  type: dict
 report:
   description: Path of the verdict's JSON on the controller (null without O(report_dir)).
   returned: success

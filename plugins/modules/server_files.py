@@ -90,7 +90,7 @@ options:
     description:
       - Instances to put back on their previous configuration - their C(<dir>/previous/) files
         go back in place and the files they replace are kept in C(<dir>/rolled-back/). Nothing
-        else is written then. Returns C(restored) and C(missing) (no previous copy) and, as
+        else is written then. Returns C(restored), C(missing) (no previous copy), C(lines) and, as
         C(restart), the instances restored. O(instances) gives their paths.
     type: list
     elements: str
@@ -137,6 +137,11 @@ restored:
   elements: str
 missing:
   description: With O(rollback), the instances that had no previous copy (left alone).
+  returned: with O(rollback)
+  type: list
+  elements: str
+lines:
+  description: With O(rollback), what the operator should know of C(missing) (empty when none is).
   returned: with O(rollback)
   type: list
   elements: str

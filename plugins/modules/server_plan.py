@@ -75,12 +75,12 @@ EXAMPLES = r"""
 - name: Plan the servers of this host and check on it that the plan can start
   llmops.sglang.server_plan:
     preflight: true
-  register: __sglang_plan
+  register: gate_plan
 
 - name: Later in the same run, deploy exactly that plan (the host is not read again)
   llmops.sglang.server_plan:
-    plan: "{{ __sglang_gate_plan }}"
-  register: __sglang_plan
+    plan: "{{ gate_plan }}"
+  register: deployed_plan
 """
 
 RETURN = r"""

@@ -107,6 +107,12 @@ instances:
     avg_spec_accept_length: {description: Average speculative accept length of DP rank 0., type: float}
     last_gen_throughput: {description: Last generation throughput (tokens/s) reported., type: float}
     server_info_path: {description: Which server-info endpoint answered., type: str}
+running:
+  description:
+    - Instances whose folder has live processes (listed in the manifest or not), also without O(probe).
+  returned: always
+  type: list
+  elements: str
 unlisted:
   description: Instance folders with live processes that the manifest does not list (added to RV(manifest) all the same).
   returned: always
@@ -164,7 +170,7 @@ def main() -> None:
             res["in_manifest"] = inst.get("in_manifest", True)
             results.append(res)
     module.exit_json(changed=False, manifest_found=manifest is not None, manifest_state=found["state"],
-                     manifest_problem=found["problem"], manifest=manifest, instances=results,
+                     manifest_problem=found["problem"], manifest=manifest, instances=results, running=sorted(running),
                      unlisted=found["unlisted"], run_lock=lock,
                      all_up=bool(results) and all(r["up"] for r in results))
 

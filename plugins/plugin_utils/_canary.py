@@ -142,6 +142,16 @@ def lines(verdict: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def stop_lines(verdict: Mapping[str, Any], host: str, batch: Sequence[str]) -> list[str]:
+    """Why the rollout stops, before ``lines``: the batch rolled back and the reason, and the
+    instances whose files go back too without a restart (changed by this run, not yet replaced)."""
+    out = [f"The rollout guard rolled back {', '.join(batch)} of {host} ({verdict['decision']}): {verdict['reason']}"]
+    others = [n for n in verdict.get("restore") or [] if n not in batch]
+    if others:
+        out.append(f"files put back for {', '.join(others)} (still running the previous configuration)")
+    return out
+
+
 def to_restore(changed: Sequence[str], services: Mapping[str, Any] | None, batch: Sequence[str]) -> list[str]:
     """The instances of the host whose files a rollback puts back: those this run changed
     (``changed``), except those an earlier batch restarted and its guard passed (they run the

@@ -482,3 +482,37 @@ def test_no_secret_in_argv_output_results_or_files(tmp_path: Path) -> None:
             assert key.encode() not in data and token.encode() not in data, path
     finally:
         cleanup(dep)
+
+
+def test_the_hosts_of_a_batch_roll_out_together_not_one_after_another(tmp_path: Path) -> None:
+    """Two hosts in one play batch, each starting its instances one per batch (serial policy):
+    each rollout batch is one include shared by both hosts (its tasks run once for the two, in
+    Ansible's lockstep), not one include per host run after the other's (a loop over each host's
+    own records made Ansible do that: a batch of hosts took as long as its hosts one by one).
+    Read from Ansible's own output: each task header once per batch, both hosts under it."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    one = make_inventory(tmp_path / "a", sglang_start_policy="serial")
+    port = one.extra["sglang_base_port"]  # random blocks: make sure the second is another
+    two = make_inventory(tmp_path / "b", sglang_start_policy="serial")
+    while abs(two.extra["sglang_base_port"] - port) < 8:
+        two = make_inventory(tmp_path / "b", sglang_start_policy="serial")
+    hosts = {"host-a": one.extra, "host-b": two.extra}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"sglang_servers": {"hosts": hosts}}}}))
+    both = Deployment(base=one.base, inventory=inventory, extra=one.extra)
+    try:
+        run = both.play("deploy.yml")
+        assert run.rc == 0, run.out[-4000:]
+        starts = [i for i, line in enumerate(run.out.splitlines())
+                  if line.startswith("TASK [llmops.sglang.server : Start the instances that are not running")]
+        assert len(starts) == 2, run.out[-6000:]  # two batches (gpu0, then gpu1), not four
+        lines = run.out.splitlines()
+        for at in starts:
+            block = lines[at + 1:at + 8]
+            assert any("[host-a]" in line for line in block) and any("[host-b]" in line for line in block), block
+        for dep in (one, two):
+            assert [i["name"] for i in dep.manifest()["instances"]] == ["gpu0", "gpu1"]
+    finally:
+        for dep in (one, two):
+            cleanup(dep)

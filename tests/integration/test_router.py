@@ -155,6 +155,29 @@ def test_router_in_front_of_the_instances_idempotent_restarted_on_change_then_st
     assert http(router_url(routed) + "/health")[0] == 0
 
 
+def test_rollback_yml_replaces_one_instance_at_a_time_behind_the_router(routed: Deployment) -> None:
+    """rollback.yml after a change: each instance goes back on its previous files one at a time,
+    out of the router, drained, restarted, ready and back in before the next (two batches, each
+    taking its instance out of the router), and the manifest says what runs."""
+    assert routed.play("deploy.yml").rc == 0
+    changed = routed.play("deploy.yml", sglang_max_running_requests=7)
+    assert changed.rc == 0, changed.out[-4000:]
+    before = routed.pids()
+    run = routed.play("rollback.yml")
+    assert run.rc == 0, run.out[-6000:]
+    lines = run.out.splitlines()
+    starts = [line for line in lines if line.startswith("TASK [llmops.sglang.server : Start the batch (")]
+    assert [s.split("]")[0] for s in starts] == ["TASK [llmops.sglang.server : Start the batch (gpu0)",
+                                                 "TASK [llmops.sglang.server : Start the batch (gpu1)"], run.out[-6000:]
+    outs = [i for i, line in enumerate(lines) if line.startswith("TASK [llmops.sglang.router : Reconcile the router's workers (absent)")]
+    assert len(outs) == 2 and all(lines[i + 1].startswith("changed:") for i in outs), run.out[-6000:]
+    after = routed.manifest()["instances"]
+    assert all("--max-running-requests" not in i["argv"] or i["argv"][i["argv"].index("--max-running-requests") + 1] != "7"
+               for i in after), after
+    assert all(i["rolled_back"] for i in after) and all(before[i["name"]] != i["pid"] for i in after)
+    assert sorted(w["url"] for w in workers(routed)) == sorted(i["connect_url"] for i in after)
+
+
 def test_api_key_through_the_router_and_check_mode_first(tmp_path: Path) -> None:
     dep = router_inventory(tmp_path, sglang_api_key="s3cret-key")
     try:

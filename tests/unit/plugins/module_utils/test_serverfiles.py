@@ -114,7 +114,8 @@ def test_files_that_served_are_kept_and_a_rollback_puts_them_back(tmp_path: Path
     assert kept.read_bytes() == before["launch_script"]
 
     back = _serverfiles.restore_previous(new, ["gpu0", "gpu1"], check=False)
-    assert back == {"restored": ["gpu0"], "missing": ["gpu1"]}
+    assert back == {"restored": ["gpu0"], "missing": ["gpu1"],
+                    "lines": ["no previous configuration kept for gpu1: left as they are"]}
     for key, data in before.items():
         assert Path(old[0]["paths"][key]).read_bytes() == data
     assert os.stat(old[0]["paths"]["secrets_file"]).st_mode & 0o777 == 0o600
@@ -133,5 +134,5 @@ def test_check_mode_neither_keeps_nor_restores(tmp_path: Path) -> None:
     _write(base, new, check=True, keep_previous=["gpu0"])
     assert not _serverfiles.has_previous(old[0]["paths"])
     _write(base, new, keep_previous=["gpu0"])
-    assert _serverfiles.restore_previous(new, ["gpu0"], check=True) == {"restored": ["gpu0"], "missing": []}
+    assert _serverfiles.restore_previous(new, ["gpu0"], check=True) == {"restored": ["gpu0"], "missing": [], "lines": []}
     assert "--x" in Path(old[0]["paths"]["launch_script"]).read_text()

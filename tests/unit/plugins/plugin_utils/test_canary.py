@@ -127,6 +127,16 @@ def test_restore_keeps_what_earlier_batches_replaced() -> None:
     assert c.to_restore(["gpu0", "gpu1"], {}, ["gpu0"]) == ["gpu0", "gpu1"]
 
 
+def test_stop_lines_name_the_batch_the_reason_and_the_files_put_back_without_a_restart() -> None:
+    bad = c.judge(_window(with_errors(text("dense"), 40), text("dense")), PICKED, {})
+    bad["restore"] = ["gpu0", "gpu1"]
+    stop = c.stop_lines(bad, "server1", ["gpu0"])
+    assert stop[0].startswith("The rollout guard rolled back gpu0 of server1 (fail): ") and bad["reason"] in stop[0]
+    assert stop[1:] == ["files put back for gpu1 (still running the previous configuration)"]
+    bad["restore"] = ["gpu0"]
+    assert len(c.stop_lines(bad, "server1", ["gpu0"])) == 1
+
+
 def test_probe_sends_its_own_prompts_to_every_instance_alike_and_stops_with_the_window() -> None:
     seen: list[tuple[str, str]] = []
 
