@@ -94,3 +94,15 @@ def test_a_report_whose_folder_fails_after_the_sweep_goes_to_the_fallback(tmp_pa
         proc.stdout[-2000:]
     assert (fallback / "summary.md").is_file() and (fallback / "node1_gpu0_mtp.json").is_file()
     assert "| 4 | 8 | 8 | 0 | 234.0 |" in (fallback / "summary.md").read_text()
+
+
+def test_a_server_variable_of_the_wrong_type_is_refused_by_the_gate(deployment: Deployment) -> None:
+    """deploy.yml's gate runs the server role's entry point plan, which validates every server
+    variable against the role's argument spec before any host changes (a value only the deploy
+    steps read, such as sglang_ready_interval, was checked nowhere before the deploy play)."""
+    run = deployment.play("deploy.yml", "-e", "sglang_ready_interval=abc")
+    assert run.rc != 0, run.out[-3000:]
+    assert "Validating arguments against arg spec 'plan'" in run.out, run.out[-3000:]
+    assert "sglang_ready_interval" in run.out and "float" in run.out, run.out[-3000:]
+    assert not (deployment.base / "deployment.json").exists()
+    assert not (deployment.base / "gpu0").exists()
