@@ -11,7 +11,10 @@ BIN := $(VENV)/bin
 REQS := $(shell $(PYTHON) -c 'import sys; print("requirements.txt" if sys.version_info < (3, 12) else "requirements-py313.txt")')
 STAMP := $(VENV)/.installed-$(REQS)
 # A second, newer interpreter for the newest ansible-core (pyenv's 3.13 when present).
-PYTHON_NEW ?= $(shell PYENV_VERSION=3.13.0 python3 -c 'import sys; print(sys.executable if sys.version_info >= (3, 12) else "")' 2>/dev/null || true)
+# pyenv's shim first; then pyenv itself (a PATH that starts with one version's bin, as a command
+# started through the shim has, bypasses the shim); then python3.13 / python3.12 on PATH.
+PYTHON_NEW ?= $(shell for cmd in "env PYENV_VERSION=3.13.0 python3" "env PYENV_VERSION=3.13.0 pyenv exec python3" python3.13 python3.12; do \
+  $$cmd -c 'import sys; assert sys.version_info >= (3, 12); print(sys.executable)' 2>/dev/null && break; done || true)
 VENV_NEW ?= .venv-new
 # The real SGLang router (sglang-router, pinned in requirements-router.txt: a 92 MB wheel with a
 # Rust library that runs on CPU), in a venv of its own: the unit and integration tests run it as
