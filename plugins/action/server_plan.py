@@ -15,11 +15,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, plain
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_archive
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import load_model_config
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import server_plan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import read_inputs
@@ -56,6 +58,10 @@ class ActionModule(ActionBase):
             plan = server_plan(inputs, host_facts, current, config)
         except PlanError as exc:
             raise AnsibleActionFail(str(exc)) from None
+        if plan.get("engine_files"):
+            # the embedded engine's files as one archive in this run's controller tmp (engine.yml
+            # unpacks it on a host whose stamp does not say it holds them)
+            plan["engine_files"] = engine_archive(plan["engine_files"], C.DEFAULT_LOCAL_TMP)
         result.update(plan)
         result.update(changed=False, modules_run=modules_run, ansible_facts={"sglang_host": host_facts})
         if self._task.args.get("preflight"):
