@@ -3,8 +3,8 @@
 """Action llmops.sglang.server_plan: one host's whole server plan in one task (documentation:
 plugins/modules/server_plan.py; the plan itself: plugins/plugin_utils/_plan/server.py).
 
-It reads the host once (modules host_facts, server_status with probe false, slurp of the
-model's config.json), reads the role's variables from the task vars through one mapping
+It reads the host once (module host_facts: the host's facts, the deployment under the base
+folder with its manifest, the model's config.json), reads the role's variables from the task vars through one mapping
 (``_plan/taskvars.py``), plans and validates on the controller, and with ``preflight`` runs the
 pre-flight module on the host. Given the ``plan`` of an earlier run of this action in the same
 playbook run (the deploy gate's), it returns that plan and reads nothing: the plan that was
@@ -12,7 +12,6 @@ checked is the plan that is deployed.
 """
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from ansible import constants as C
@@ -22,7 +21,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, plain
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_archive
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import load_model_config
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import load_slurped_config
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import server_plan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import read_inputs
 
@@ -49,13 +48,17 @@ class ActionModule(ActionBase):
                              plain(task_vars.get("groups") or {}))
         base_dir = str(inputs.request.get("base_dir") or "")
         modules_run: list[str] = []
+        model_path = str(inputs.request.get("model_path") or "")
+        # one module run reads the host: its facts, the deployment under base_dir (its processes
+        # and its manifest) and the model's config.json
         facts = self._module("llmops.sglang.host_facts", modules_run, task_vars,
-                             declared_gpus=inputs.settings.get("declared_gpus") or [], deployment_dir=base_dir)
-        current = self._module("llmops.sglang.server_status", modules_run, task_vars, base_dir=base_dir, probe=False)
-        config = self._model_config(str(inputs.request.get("model_path") or ""), modules_run, task_vars)
+                             declared_gpus=inputs.settings.get("declared_gpus") or [], deployment_dir=base_dir,
+                             **({"model_path": model_path} if model_path else {}))
         host_facts = facts["ansible_facts"]["sglang_host"]
         try:
-            plan = server_plan(inputs, host_facts, current, config)
+            config = self._model_config(model_path, facts.get("model_config"))
+            plan = server_plan(inputs, host_facts, {"manifest": facts.get("manifest"),
+                                                    "manifest_problem": facts.get("manifest_problem")}, config)
         except PlanError as exc:
             raise AnsibleActionFail(str(exc)) from None
         if plan.get("engine_files"):
@@ -109,20 +112,14 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(str(res.get("msg") or f"{name} failed"), result=res)
         return res
 
-    def _model_config(self, model_path: str, modules_run: list[str], task_vars: dict[str, Any]) -> dict | None:
-        """The model's config.json as read on the host; None where it cannot be read (the plan
-        then asks for sglang_model_arch)."""
-        if not model_path:
+    @staticmethod
+    def _model_config(model_path: str, content: str | None) -> dict | None:
+        """The model's config.json as host_facts read it (base64); None where it could not be read
+        (the plan then asks for sglang_model_arch). A file that is there but is not a JSON object is
+        refused, naming it (issue 16 #6)."""
+        if not model_path or content is None:
             return None
-        res = self._execute_module(module_name="ansible.builtin.slurp",
-                                   module_args={"src": f"{model_path}/config.json"}, task_vars=task_vars)
-        modules_run.append("slurp")
-        if res.get("failed") or "content" not in res:
-            return None
-        try:  # a file that is there but is not a JSON object is refused, naming it (issue 16 #6)
-            return load_model_config(base64.b64decode(res["content"]), f"{model_path}/config.json", model_path)
-        except PlanError as exc:
-            raise AnsibleActionFail(str(exc)) from None
+        return load_slurped_config(content, model_path)
 
     def _reuse(self, result: dict[str, Any], given: dict[str, Any], host: str) -> dict[str, Any]:
         """The plan made earlier in this run (the deploy gate's): returned as it was."""

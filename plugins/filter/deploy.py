@@ -8,7 +8,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _rollback
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import rollout_batches
 
@@ -27,7 +27,11 @@ def _service_records(services: dict[str, Any], restarted: list[str] | None = Non
     main_pids = {(r.get("item") or {}).get("name"): _main_pid(r)
                  for r in (units or {}).get("results", []) or [] if not r.get("skipped")}
     records: dict[str, Any] = {}
-    for res in (services or {}).get("results", []) or []:
+    # detached_service with services (one run for the batch): its per-service results, named by
+    # the plan's service name (sglang-<instance>); the systemd backend's loop: one per item
+    by_service = [{**res, "item": {"name": str(res.get("name", "")).removeprefix(_layout.SERVICE_PREFIX)}}
+                  for res in (services or {}).get("services", []) or []]
+    for res in by_service or (services or {}).get("results", []) or []:
         name = (res.get("item") or {}).get("name")
         if not name or res.get("skipped"):
             continue

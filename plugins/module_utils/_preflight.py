@@ -16,10 +16,13 @@ Stdlib only, Python >= 3.10 (``llmops.sglang.preflight`` ships it to hosts). Lin
 """
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,10 +155,52 @@ def check_ports(ports: list[Mapping[str, Any]], deployment_dir: str | None,
     return problems
 
 
-def check_commands(commands: list[Mapping[str, Any]], timeout: float = 120.0) -> list[str]:
-    """Problems with commands that must succeed: [{argv, what, fix?, missing_ok?}] -> messages
-    (the last lines of what the command wrote). A command whose program is not there is a
-    problem, or skipped with ``missing_ok`` (the role installs it later in the run)."""
+def command_key(words: list[str], program: str) -> str:
+    """What a passing command's result depends on: its argv, the program (its real path, size and
+    modification time) and the packages beside it (the modification time of each
+    ``lib/python*/site-packages`` folder of the program's prefix: installing, upgrading or removing
+    a package changes its entries)."""
+    digest = hashlib.sha256("\0".join(words).encode())
+    real = os.path.realpath(program)
+    state = os.stat(real)
+    digest.update(f"\0{real}\0{state.st_size}\0{state.st_mtime_ns}".encode())
+    prefix = os.path.dirname(os.path.dirname(os.path.abspath(program)))
+    for folder in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages"))):
+        digest.update(f"\0{folder}\0{os.stat(folder).st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def _remembered(path: str | None, key: str) -> bool:
+    if not path:
+        return False
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() == key
+    except OSError:
+        return False
+
+
+def _remember(path: str, key: str) -> None:
+    """Record a pass (atomically), where the folder is there already (nothing is created for it)."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".preflight-", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(key + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def check_commands(commands: list[Mapping[str, Any]], timeout: float = 120.0, record: bool = True) -> list[str]:
+    """Problems with commands that must succeed: [{argv, what, fix?, missing_ok?, remember?}] ->
+    messages (the last lines of what the command wrote). A command whose program is not there is a
+    problem, or skipped with ``missing_ok`` (the role installs it later in the run). With
+    ``remember`` (a file) a pass is recorded there (``command_key``; not with ``record`` false:
+    check mode) and a command whose key it holds is not run again: the same argv accepted by the
+    same program with the same packages."""
     problems = []
     for item in commands:
         words = [str(w) for w in item["argv"]]
@@ -166,6 +211,9 @@ def check_commands(commands: list[Mapping[str, Any]], timeout: float = 120.0) ->
             if not item.get("missing_ok"):
                 problems.append(f"{what}: {program} is not an executable file on this host{fix}")
             continue
+        key = command_key(words, program) if item.get("remember") else ""
+        if key and _remembered(item.get("remember"), key):
+            continue
         try:
             done = subprocess.run(words, capture_output=True, text=True, timeout=timeout, check=False,
                                   stdin=subprocess.DEVNULL)
@@ -175,6 +223,8 @@ def check_commands(commands: list[Mapping[str, Any]], timeout: float = 120.0) ->
         if done.returncode != 0:
             said = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
             problems.append(f"{what}: {program} exited {done.returncode}: " + (" | ".join(said) or "(no output)") + fix)
+        elif key and record:
+            _remember(str(item["remember"]), key)
     return problems
 
 

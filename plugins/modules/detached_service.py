@@ -30,14 +30,51 @@ description:
     C(LLMOPS_DETACHED_SERVICE=<name>) as a marker. Values are never put on a command line.
   - If the leader is gone but processes of its group survive (this boot, same service marker),
     they are stopped by O(state=stopped) and before a new start.
+  - With O(services), several services are handled in one run of the module (one per GPU of a
+    host - one module start instead of one per instance), each as if alone, with the other
+    options shared; one that fails does not keep the others from being handled.
   - Linux only (reads C(/proc)).
 author:
   - llmops.sglang developers (@llmops)
 options:
   name:
-    description: Name of the service, used in messages and as the environment marker.
+    description:
+      - Name of the service, used in messages and as the environment marker.
+      - Required without O(services).
     type: str
-    required: true
+  services:
+    description:
+      - Several services in one run, instead of O(name), O(command), O(pid_file), O(log_file),
+        O(chdir), O(env) and O(env_file) - each item has those keys, the other options apply to
+        all. The result is RV(services), one result per item in their order.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: As O(name).
+        type: str
+        required: true
+      command:
+        description: As O(command).
+        type: raw
+      pid_file:
+        description: As O(pid_file).
+        type: path
+        required: true
+      log_file:
+        description: As O(log_file).
+        type: path
+        required: true
+      chdir:
+        description: As O(chdir).
+        type: path
+      env:
+        description: As O(env).
+        type: dict
+        default: {}
+      env_file:
+        description: As O(env_file).
+        type: path
   command:
     description:
       - The argv to run, typically a single launch script that C(exec)s the server.
@@ -45,15 +82,16 @@ options:
       - Required for O(state=started) and O(state=restarted).
     type: raw
   pid_file:
-    description: Path of the pid file. Its folder is created when missing.
+    description:
+      - Path of the pid file. Its folder is created when missing.
+      - Required without O(services).
     type: path
-    required: true
   log_file:
     description:
       - Path of the log file that receives stdout and stderr (appended). Its folder is created
         when missing; a new file is owned by O(user)/O(group) with mode C(0640).
+      - Required without O(services).
     type: path
-    required: true
   state:
     description:
       - V(started) starts the service unless it is running.
@@ -144,6 +182,22 @@ EXAMPLES = r"""
     umask: "0027"
   become: true
 
+- name: Start the instances of GPU 0 and 1 in one module run
+  llmops.sglang.detached_service:
+    services:
+      - name: sglang-gpu0
+        command: [/opt/llmops/sglang/gpu0/launch.sh]
+        chdir: /opt/llmops/sglang/gpu0
+        pid_file: /opt/llmops/sglang/gpu0/server.pid
+        log_file: /opt/llmops/sglang/gpu0/server.log
+      - name: sglang-gpu1
+        command: [/opt/llmops/sglang/gpu1/launch.sh]
+        chdir: /opt/llmops/sglang/gpu1
+        pid_file: /opt/llmops/sglang/gpu1/server.pid
+        log_file: /opt/llmops/sglang/gpu1/server.log
+    match: sglang.launch_server
+  register: __sglang_started
+
 - name: Report whether it runs (read-only)
   llmops.sglang.detached_service:
     name: sglang-gpu0
@@ -165,80 +219,80 @@ EXAMPLES = r"""
 RETURN = r"""
 name:
   description: Name of the service.
-  returned: always
+  returned: without O(services)
   type: str
   sample: sglang-gpu0
 state:
   description: The requested state.
-  returned: always
+  returned: without O(services)
   type: str
   sample: started
 running:
   description: Whether the service runs after the task (in check mode, as observed now).
-  returned: always
+  returned: without O(services)
   type: bool
   sample: true
 pid:
   description: Pid of the service's leader process (the server, after the script's exec).
-  returned: always (null when not running)
+  returned: without O(services) (null when not running)
   type: int
   sample: 41234
 pgid:
   description: Process group (and session) id of the service.
-  returned: always (null when not running)
+  returned: without O(services) (null when not running)
   type: int
   sample: 41234
 cmdline:
   description: Command line (argv) of the leader process.
-  returned: always (empty when not running)
+  returned: without O(services) (empty when not running)
   type: list
   elements: str
   sample: [/opt/venv/bin/python, -m, sglang.launch_server, --port, "30000"]
 started_at:
   description: UTC start time of the leader process (ISO 8601), from /proc.
-  returned: always (null when not running)
+  returned: without O(services) (null when not running)
   type: str
   sample: "2025-11-30T05:10:00+00:00"
 uptime:
   description: Seconds since the leader process started.
-  returned: always (null when not running)
+  returned: without O(services) (null when not running)
   type: float
   sample: 12.5
 group_pids:
   description: Live processes of the service's group and session (for a stale pid file, leftovers).
-  returned: always
+  returned: without O(services)
   type: list
   elements: int
   sample: [41234, 41290, 41291]
 stale:
   description: A pid file exists but describes no running instance of the service.
-  returned: always
+  returned: without O(services)
   type: bool
   sample: false
 log_file:
   description: The log file.
-  returned: always
+  returned: without O(services)
   type: str
   sample: /var/log/llmops-sglang/gpu0.log
 pid_file:
   description: The pid file.
-  returned: always
+  returned: without O(services)
   type: str
   sample: /run/llmops-sglang/gpu0.pid
 stopped_pids:
   description: Every pid that was signalled by a stop (or by the cleanup of leftovers before a start).
-  returned: always
+  returned: without O(services)
   type: list
   elements: int
   sample: [41234, 41290, 41291]
 killed:
   description: SIGKILL was needed because processes outlived O(stop_timeout) after SIGTERM.
-  returned: always
+  returned: without O(services)
   type: bool
   sample: false
 removed_stale_pid_file:
   description: A stale pid file was removed.
-  returned: always
+  returned: without O(services)
   type: bool
   sample: false
 log_tail:
@@ -247,6 +301,14 @@ log_tail:
   type: list
   elements: str
   sample: ["ValueError: --mem-fraction-static must be in (0, 1)"]
+services:
+  description:
+    - With O(services), one result per item, in their order - each with the keys above for that
+      service (C(name), C(running), C(pid) ...), C(changed), C(failed) and, for a failed one,
+      C(msg) and C(log_tail).
+  returned: with O(services)
+  type: list
+  elements: dict
 """
 
 # Imports follow the documentation blocks, as ansible-test validate-modules requires.
@@ -263,13 +325,80 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached import (  
 )
 
 
+def _spec(p: dict[str, Any], item: dict[str, Any]) -> ServiceSpec:
+    """One service's spec: its own keys from ``item``, the shared options from ``p``."""
+    if not isinstance(item["command"], (str, list, type(None))):
+        raise DetachedServiceError("command must be a list or a string")
+    if p["state"] in ("started", "restarted") and not item["command"]:
+        raise DetachedServiceError(f"state is {p['state']} but command is missing")
+    # status and stopped need no command; the placeholder is never run.
+    command = normalize_command(item["command"]) if item["command"] else [""]
+    return ServiceSpec(
+        name=item["name"],
+        command=command,
+        pid_file=item["pid_file"],
+        log_file=item["log_file"],
+        chdir=item["chdir"],
+        env={str(k): "" if v is None else str(v) for k, v in (item["env"] or {}).items()},
+        env_file=item["env_file"],
+        user=p["user"],
+        group=p["group"],
+        umask=parse_umask(p["umask"]),
+        match=p["match"],
+        stop_timeout=float(p["stop_timeout"]),
+        kill_timeout=float(p["kill_timeout"]),
+        start_grace=float(p["start_grace"]),
+        log_tail_lines=int(p["log_tail_lines"]),
+    )
+
+
+def _one(p: dict[str, Any], item: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    """The result of one service (``failed`` with ``msg`` and ``log_tail`` when it failed)."""
+    base: dict[str, Any] = {"name": item["name"], "state": p["state"], "log_file": item["log_file"],
+                            "pid_file": item["pid_file"]}
+    try:
+        result = apply(_spec(p, item), p["state"], check_mode=check_mode)
+    except DetachedServiceError as exc:
+        return {**base, "changed": False, "failed": True, "msg": exc.msg, "log_tail": exc.log_tail}
+    st = result.status
+    return {
+        **base,
+        "changed": result.changed,
+        "failed": False,
+        "msg": result.msg,
+        "running": st.running,
+        "pid": st.pid,
+        "pgid": st.pgid,
+        "cmdline": st.cmdline,
+        "started_at": st.started_at,
+        "uptime": st.uptime,
+        "group_pids": st.group_pids,
+        "stale": st.stale,
+        "stopped_pids": result.stopped_pids,
+        "killed": result.killed,
+        "removed_stale_pid_file": result.removed_stale_pid_file,
+    }
+
+
+SERVICE_KEYS = ("name", "command", "pid_file", "log_file", "chdir", "env", "env_file")
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "name": {"type": "str", "required": True},
+            "name": {"type": "str"},
+            "services": {"type": "list", "elements": "dict", "options": {
+                "name": {"type": "str", "required": True},
+                "command": {"type": "raw"},
+                "pid_file": {"type": "path", "required": True},
+                "log_file": {"type": "path", "required": True},
+                "chdir": {"type": "path"},
+                "env": {"type": "dict", "default": {}, "no_log": True},
+                "env_file": {"type": "path"},
+            }},
             "command": {"type": "raw"},
-            "pid_file": {"type": "path", "required": True},
-            "log_file": {"type": "path", "required": True},
+            "pid_file": {"type": "path"},
+            "log_file": {"type": "path"},
             "state": {
                 "type": "str",
                 "default": "started",
@@ -287,58 +416,25 @@ def main() -> None:
             "start_grace": {"type": "float", "default": 1.0},
             "log_tail_lines": {"type": "int", "default": 50},
         },
-        required_if=[("state", "started", ["command"]), ("state", "restarted", ["command"])],
+        mutually_exclusive=[("services", "name"), ("services", "command"), ("services", "pid_file"),
+                            ("services", "log_file"), ("services", "chdir"), ("services", "env_file")],
+        required_one_of=[("name", "services")],
+        required_by={"name": ("pid_file", "log_file")},
         supports_check_mode=True,
     )
     p = module.params
-    base: dict[str, Any] = {
-        "name": p["name"],
-        "state": p["state"],
-        "log_file": p["log_file"],
-        "pid_file": p["pid_file"],
-    }
-    try:
-        if not isinstance(p["command"], (str, list, type(None))):
-            raise DetachedServiceError("command must be a list or a string")
-        # status and stopped need no command; the placeholder is never run.
-        command = normalize_command(p["command"]) if p["command"] else [""]
-        spec = ServiceSpec(
-            name=p["name"],
-            command=command,
-            pid_file=p["pid_file"],
-            log_file=p["log_file"],
-            chdir=p["chdir"],
-            env={str(k): "" if v is None else str(v) for k, v in (p["env"] or {}).items()},
-            env_file=p["env_file"],
-            user=p["user"],
-            group=p["group"],
-            umask=parse_umask(p["umask"]),
-            match=p["match"],
-            stop_timeout=float(p["stop_timeout"]),
-            kill_timeout=float(p["kill_timeout"]),
-            start_grace=float(p["start_grace"]),
-            log_tail_lines=int(p["log_tail_lines"]),
-        )
-        result = apply(spec, p["state"], check_mode=module.check_mode)
-    except DetachedServiceError as exc:
-        module.fail_json(msg=exc.msg, log_tail=exc.log_tail, **base)
-    st = result.status
-    module.exit_json(
-        changed=result.changed,
-        msg=result.msg,
-        running=st.running,
-        pid=st.pid,
-        pgid=st.pgid,
-        cmdline=st.cmdline,
-        started_at=st.started_at,
-        uptime=st.uptime,
-        group_pids=st.group_pids,
-        stale=st.stale,
-        stopped_pids=result.stopped_pids,
-        killed=result.killed,
-        removed_stale_pid_file=result.removed_stale_pid_file,
-        **base,
-    )
+    if p["services"] is not None:
+        results = [_one(p, item, module.check_mode) for item in p["services"]]
+        failed = [r for r in results if r["failed"]]
+        if failed:
+            module.fail_json(msg="; ".join(f"{r['name']}: {r['msg']}" for r in failed),
+                             changed=any(r["changed"] for r in results), services=results)
+        module.exit_json(changed=any(r["changed"] for r in results), services=results)
+    one = _one(p, {key: p[key] for key in SERVICE_KEYS}, module.check_mode)
+    if one.pop("failed"):
+        one.pop("changed")
+        module.fail_json(**one)
+    module.exit_json(**one)
 
 
 if __name__ == "__main__":

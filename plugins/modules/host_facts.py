@@ -69,6 +69,13 @@ options:
         processes of its instances (their process groups or sessions, or their systemd units)
         are marked with their owner and do not make a GPU busy, so that a re-deploy does not
         refuse the GPUs its own servers hold.
+      - Its manifest is read too (as M(llmops.sglang.server_status) reads it without probing) and
+        returned as RV(manifest), so that the server role's plan reads the host in one run.
+    type: path
+  model_path:
+    description:
+      - A model folder on the host; its C(config.json) is read and returned as RV(model_config)
+        (null where it cannot be read). The plan's model architecture and sizes come from it.
     type: path
   cgroup_root:
     description:
@@ -353,8 +360,25 @@ ansible_facts:
                 backend:
                   description: How its processes were found (V(process) or V(systemd)); null when none runs.
                   type: str
+manifest:
+  description:
+    - The deployment's manifest under O(deployment_dir) (C(deployment.json)), as
+      M(llmops.sglang.server_status) reads it; null without O(deployment_dir) or when there is none.
+  returned: always
+  type: dict
+manifest_problem:
+  description: Why the manifest under O(deployment_dir) could not be used ('' when it could or there is none).
+  returned: always
+  type: str
+model_config:
+  description:
+    - The content of O(model_path)/C(config.json), base64-encoded as M(ansible.builtin.slurp)
+      returns it (at most 4 MiB); null without O(model_path) or where it cannot be read.
+  returned: always
+  type: str
 """
 
+import base64
 import os
 import platform
 import socket
@@ -363,6 +387,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
 from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import (
     APPS_QUERY_FIELDS,
     GPU_OPTIONAL_FIELDS,
@@ -405,6 +430,24 @@ def _query_gpus(module: AnsibleModule, smi: str) -> tuple[str, tuple[str, ...]]:
         )
 
 
+MODEL_CONFIG_MAX = 4 << 20
+
+
+def read_model_config(model_path: str | None) -> str | None:
+    """``<model_path>/config.json``, base64 (as slurp returns it: the controller checks and decodes
+    it); None without a path or where it cannot be read."""
+    if not model_path:
+        return None
+    try:
+        with open(os.path.join(model_path, "config.json"), "rb") as handle:
+            data = handle.read(MODEL_CONFIG_MAX + 1)
+    except OSError:
+        return None
+    if len(data) > MODEL_CONFIG_MAX:
+        return None
+    return base64.b64encode(data).decode("ascii")
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -417,6 +460,7 @@ def main() -> None:
             "sys_root": {"type": "path", "default": "/sys"},
             "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
             "deployment_dir": {"type": "path"},
+            "model_path": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -435,11 +479,17 @@ def main() -> None:
             python_version=platform.python_version(),
             hostname=socket.gethostname(),
         )
+        found: dict[str, Any] = {"manifest": None, "problem": ""}
         if params["deployment_dir"]:
             ownership = find_ownership(params["deployment_dir"], params["proc_root"])
             inputs.owners = ownership.owner_by_pid
             inputs.instances_on_gpu = ownership.instances_on_gpu()
             inputs.deployment = ownership.to_fact()
+            # every instance folder with a live process is part of the deployment, listed or not
+            running = [name for name, procs in ownership.instances.items() if procs.pids]
+            found = _manifest.load(params["deployment_dir"], inputs.service_manager, running=running)
+            if found["problem"]:
+                module.warn(found["problem"])
         skip_detection = params["prefer_declared"] and bool(params["declared_gpus"])
         if params["use_nvml"] and not skip_detection:
             try:
@@ -469,7 +519,8 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     for warning in inputs.warnings:
         module.warn(warning)
-    module.exit_json(changed=False, ansible_facts={"sglang_host": facts})
+    module.exit_json(changed=False, ansible_facts={"sglang_host": facts}, manifest=found["manifest"],
+                     manifest_problem=found["problem"] or "", model_config=read_model_config(params["model_path"]))
 
 
 if __name__ == "__main__":

@@ -128,6 +128,14 @@ options:
         description: Skip the command when its program is not there (it is installed later in the run).
         type: bool
         default: false
+      remember:
+        description:
+          - A file where a pass is recorded (not in check mode, and only where its folder exists) -
+            a digest of the argv, the program (real path, size, modification time) and the
+            modification times of the C(lib/python*/site-packages) folders beside it. A command
+            whose digest the file holds is not run again - the same argv was accepted by the same
+            program with the same packages installed; any change to one of them runs it.
+        type: path
   packages:
     description:
       - Not a check - asks whether the venv the role installs into holds these requirements
@@ -245,6 +253,7 @@ def main() -> None:
                 "what": {"type": "str", "default": "command"},
                 "fix": {"type": "str"},
                 "missing_ok": {"type": "bool", "default": False},
+                "remember": {"type": "path"},
             }},
             "packages": {"type": "dict", "options": {
                 "venv": {"type": "path", "required": True},
@@ -256,7 +265,7 @@ def main() -> None:
     params = module.params
     problems = check_paths(params["files"], params["executables"], params["user"]) \
         + check_ports(params["ports"], params["deployment_dir"], router_dir=params["router_dir"]) \
-        + check_commands(params["commands"])
+        + check_commands(params["commands"], record=not module.check_mode)
     manager = service_manager(params["service_manager"])
     if problems:
         module.fail_json(msg=f"{params['subject']} cannot start on this host ({len(problems)} problem(s)); "

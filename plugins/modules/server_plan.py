@@ -12,10 +12,10 @@ module: server_plan
 short_description: Plan one host's SGLang servers in one task, from one read of the host
 version_added: "0.3.0"
 description:
-  - Reads the host once, through three modules that this action runs on it -
-    M(llmops.sglang.host_facts) (GPUs, memory, service manager, this deployment's live
-    instances), M(llmops.sglang.server_status) with O(llmops.sglang.server_status#module:probe=false)
-    (the current deployment) and C(ansible.builtin.slurp) of the model's C(config.json).
+  - Reads the host once, through one run of M(llmops.sglang.host_facts) on it - GPUs, memory,
+    service manager, this deployment's live instances and its manifest (the current deployment,
+    as M(llmops.sglang.server_status) with O(llmops.sglang.server_status#module:probe=false)
+    reads it) and the model's C(config.json).
   - Reads the C(llmops.sglang.server) role's C(sglang_*) variables from the task's variables
     through one mapping (C(plugins/plugin_utils/_plan/taskvars.py)), so it is used inside that
     role (C(tasks_from=plan.yml), or the role itself) where the role's defaults apply.

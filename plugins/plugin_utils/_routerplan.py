@@ -291,7 +291,11 @@ def preflight(req: RouterRequest, layout: Mapping[str, Any], words: list[str]) -
                       "what": "the router's flags, as the installed sglang-router parses them",
                       # a missing Python is named by the executables check (install: false), or the
                       # role installs it in this run and asks its parser then (install: true)
-                      "missing_ok": True}],
+                      "missing_ok": True,
+                      # a pass is kept in the router's folder: the same flags, the same installed
+                      # router are not asked again (its Python's start and import are the slowest
+                      # part of a no-change router plan)
+                      "remember": f"{layout['paths']['dir']}/.flags-accepted"}],
     }
     if req.install:
         spec["executables"].append({"path": req.venv_python, "what": "the Python that creates the router's venv",

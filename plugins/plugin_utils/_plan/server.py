@@ -163,8 +163,8 @@ def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python:
 def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[str, Any] | None,
                 model_config: Mapping[str, Any] | None) -> dict[str, Any]:
     """The whole plan of one host (see the module docstring). ``facts``: host_facts'
-    ``sglang_host`` (with ``deployment``); ``current``: server_status' result (probe false);
-    ``model_config``: the model's config.json as read on the host (None when unreadable)."""
+    ``sglang_host`` (with ``deployment``); ``current``: the deployment's manifest as host_facts
+    read it, ``{manifest, manifest_problem}``; ``model_config``: the model's config.json as read on the host (None when unreadable)."""
     settings = dict(inputs.settings)
     previous = dict((current or {}).get("manifest") or {})
     deployment = facts.get("deployment") or {}
@@ -180,6 +180,10 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
     for inst in plan["instances"]:
         inst["env"], inst["env_secrets"] = environment(inst, plan, settings, gpu_names)
         inst["wait"] = wait_spec(inst, plan, settings, backend)
+        # the process backend's service (module detached_service, a batch in one run of it)
+        paths = inst["paths"]
+        inst["process"] = {"name": inst["service"], "command": [paths["launch_script"]], "chdir": paths["dir"],
+                           "pid_file": paths["pid_file"], "log_file": paths["log_file"]}
     user = _text(settings.get("user"))
     plan.update({
         "host": inputs.host,
@@ -192,6 +196,9 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
         "preflight": preflight_spec(plan, settings, python, install["enabled"],
                                     {"venv": install["venv"], "requirements": install["packages"]}),
         "previous": previous,
+        # the manifest was read as it is on the host (no problem): a run that deploys exactly it
+        # does not write it again
+        "previous_intact": bool(previous) and not (current or {}).get("manifest_problem"),
         "running": running,
         # instances whose current configuration served (ready in the manifest): their files are
         # kept in <dir>/previous/ when this run changes them, for a rollback (server_files)

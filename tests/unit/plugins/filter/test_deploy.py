@@ -41,6 +41,11 @@ def test_service_records_filter_and_wait_spec() -> None:
     started = {"results": [{"item": {"name": "gpu0"}, "changed": True, "status": {"MainPID": "0"}}]}
     queried = {"results": [{"item": {"name": "gpu0"}, "changed": False, "status": {"MainPID": "4242"}}]}
     assert deploy_filters._service_records(started, [], queried)["gpu0"] == {"pid": 4242, "started": True}
+    # the process backend's batch in one detached_service run (services): named by service
+    batch = {"changed": True, "services": [{"name": "sglang-gpu0", "changed": False, "pid": 77},
+                                           {"name": "sglang-gpu1", "changed": True, "pid": 88}]}
+    assert deploy_filters._service_records(batch, []) == {"gpu0": {"pid": 77, "started": False},
+                                                          "gpu1": {"pid": 88, "started": True}}
     spec = server_plan.wait_spec(PLAN["instances"][1], PLAN, {"engine": "sglang"}, "process")
     assert spec["url"] == "http://127.0.0.1:30001"
     assert spec["pid_file"] == "/b/gpu1/server.pid" and spec["log_file"] == "/b/gpu1/server.log"

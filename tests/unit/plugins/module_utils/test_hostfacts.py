@@ -6,6 +6,7 @@ malformed output) take the recording's shapes and values where they can ("record
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -417,6 +418,31 @@ def test_module_declared_gpus_without_nvidia_smi(repo_root: Path, tmp_path: Path
     assert facts["cpu_count"] >= 1 and facts["python"]["version"] and facts["hostname"]
 
 
+def test_module_reads_the_manifest_and_the_model_config_in_the_same_run(repo_root: Path, tmp_path: Path,
+                                                                        h200x2: dict[str, Any]) -> None:
+    """The server plan reads the host once: host_facts returns the deployment's manifest (as
+    server_status reads it) and the model's config.json (base64, as slurp would), byte for byte;
+    neither where there is none."""
+    base = tmp_path / "deploy"
+    base.mkdir()
+    manifest = {"version": 1, "host": "h", "instances": [{"name": "gpu0", "port": 30000}]}
+    (base / "deployment.json").write_text(json.dumps(manifest), encoding="utf-8")
+    model = tmp_path / "model"
+    model.mkdir()
+    raw = b'{"architectures": ["Qwen3ForCausalLM"], "name": "caf\xc3\xa9"}\n'
+    (model / "config.json").write_bytes(raw)
+    declared = {"declared_gpus": [{"name": "NVIDIA H200", "memory_mib": 143771, "count": 2}], **fake_host(tmp_path, h200x2)}
+    status, result = run_module(repo_root, tmp_path, {**declared, "deployment_dir": str(base), "model_path": str(model)},
+                                bare_path(tmp_path))
+    assert status == "SUCCESS", result
+    assert result["manifest"]["instances"][0]["name"] == "gpu0" and result["manifest_problem"] == ""
+    assert base64.b64decode(result["model_config"]) == raw
+    status, result = run_module(repo_root, tmp_path, {**declared, "deployment_dir": str(tmp_path / "none"),
+                                                      "model_path": str(tmp_path / "no-model")}, bare_path(tmp_path))
+    assert status == "SUCCESS", result
+    assert (result["manifest"], result["model_config"]) == (None, None)
+
+
 def test_module_no_gpu_fails_clearly(repo_root: Path, tmp_path: Path, h200x2: dict[str, Any]) -> None:
     if any(Path(folder, "nvidia-smi").exists() for folder in SMI_DIRS):
         pytest.skip("this machine has nvidia-smi in a system folder")
@@ -489,7 +515,9 @@ def test_module_documentation(repo_root: Path) -> None:
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)["llmops.sglang.host_facts"]
     assert set(info["doc"]["options"]) == {"declared_gpus", "prefer_declared", "use_nvml", "require_gpus",
-                                           "nvidia_smi_path", "proc_root", "sys_root", "cgroup_root", "deployment_dir"}
+                                           "nvidia_smi_path", "proc_root", "sys_root", "cgroup_root", "deployment_dir",
+                                           "model_path"}
+    assert {"manifest", "manifest_problem", "model_config"} <= set(info["return"])
     facts_doc = info["return"]["ansible_facts"]["contains"]["sglang_host"]["contains"]
     sample = hf.build_facts(hf.HostInputs(meminfo_text="MemTotal: 1 kB\n", declared_gpus=["X"]))
     assert set(facts_doc) == set(sample)

@@ -162,6 +162,40 @@ def test_commands_that_must_succeed(tmp_path: Path) -> None:
     ]
 
 
+def test_a_remembered_pass_is_not_run_again_until_the_argv_the_program_or_its_packages_change(tmp_path: Path) -> None:
+    """``remember``: the router's flag check (its Python's start and the router's import) runs
+    once for the same argv, the same program and the same installed packages."""
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    site = prefix / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    program = prefix / "bin" / "check"
+    runs = tmp_path / "runs.log"
+    program.write_text(f"#!/bin/sh\necho run >> {runs}\n[ \"$1\" = good ] || {{ echo 'bad flag' >&2; exit 2; }}\n")
+    program.chmod(0o755)
+    remember = tmp_path / "router" / ".flags-accepted"
+    item = {"argv": [str(program), "good"], "what": "the flags", "remember": str(remember)}
+
+    def ran() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    assert pf.check_commands([item]) == [] and ran() == 1
+    assert not remember.exists()  # its folder is not there: nothing is created for it
+    remember.parent.mkdir()
+    assert pf.check_commands([item], record=False) == [] and ran() == 2 and not remember.exists()  # check mode
+    assert pf.check_commands([item]) == [] and ran() == 3 and remember.exists()
+    assert pf.check_commands([item]) == [] and ran() == 3  # remembered: not run
+    assert pf.check_commands([dict(item, argv=[str(program), "bad"])]) == [
+        f"the flags: {program} exited 2: bad flag"] and ran() == 4  # other flags: run, and a failure is not kept
+    assert pf.check_commands([item]) == [] and ran() == 4
+    (site / "sglang_router-9.9.dist-info").mkdir()  # a package installed or upgraded beside it
+    os.utime(site, ns=(1, 1))
+    assert pf.check_commands([item]) == [] and ran() == 5
+    assert pf.check_commands([item]) == [] and ran() == 5
+    program.write_text(program.read_text() + "# upgraded\n")  # the program itself changed
+    assert pf.check_commands([item]) == [] and ran() == 6
+
+
 def test_the_service_manager_auto_is_the_hosts(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     (proc / "1").mkdir(parents=True)

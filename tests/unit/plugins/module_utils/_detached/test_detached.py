@@ -522,6 +522,42 @@ def test_end_to_end_failure_reports_log_tail(tmp_path: Path) -> None:
     assert "fatal: CUDA out of memory" in result["log_tail"]  # type: ignore[operator]
 
 
+def test_services_in_one_run_each_as_if_alone_and_one_failure_does_not_stop_the_others(
+        tmp_path: Path, server_script: Path, groups: Groups) -> None:
+    """``services``: the server role starts a batch's instances in one module run (one per GPU of
+    a host before): each is started, found running or fails on its own, in the items' order."""
+    crash = write_script(tmp_path / "crash.sh", "echo 'fatal: CUDA out of memory' >&2\nexit 1\n")
+
+    def item(name: str, command: str) -> dict[str, object]:
+        return {"name": name, "command": [command], "pid_file": str(tmp_path / name / "server.pid"),
+                "log_file": str(tmp_path / name / "server.log"), "chdir": str(tmp_path)}
+
+    shared = {"match": "llmops-test-server", "start_grace": 0.3, "stop_timeout": 5}
+    two = [item("svc-a", str(server_script)), item("svc-b", str(server_script))]
+    try:
+        first = _ansible({"services": two, **shared})
+        again = _ansible({"services": two, **shared})
+        mixed = _ansible({"services": [two[0], {**item("svc-c", str(crash))}], **shared, "match": None})
+    finally:
+        for name in ("svc-a", "svc-b"):
+            groups.add_from_pid_file(tmp_path / name / "server.pid")
+    assert first.get("changed") is True and [r["name"] for r in first["services"]] == ["svc-a", "svc-b"], first
+    assert all(r["running"] and r["changed"] and r["pid"] for r in first["services"])  # type: ignore[union-attr]
+    assert first["services"][0]["pid"] != first["services"][1]["pid"]  # type: ignore[index]
+    # found running: no change, the same pids
+    assert again.get("changed") is False
+    assert [r["pid"] for r in again["services"]] == [r["pid"] for r in first["services"]]  # type: ignore[union-attr]
+    # svc-c fails with its log tail, svc-a is reported as it is all the same
+    assert mixed["_status"] == "FAILED!" and "svc-c:" in str(mixed["msg"]) and "CUDA out of memory" in str(mixed["msg"])
+    a, c = mixed["services"]  # type: ignore[misc]
+    assert (a["failed"], a["running"], a["pid"]) == (False, True, first["services"][0]["pid"])  # type: ignore[index]
+    assert c["failed"] and "fatal: CUDA out of memory" in c["log_tail"]
+    stopped = _ansible({"services": two, **shared, "state": "stopped"})
+    assert stopped.get("changed") is True and not any(r["running"] for r in stopped["services"])  # type: ignore[union-attr]
+    refused = _ansible({"services": two, "name": "x"})
+    assert refused["_status"] == "FAILED!" and "mutually exclusive" in str(refused["msg"])
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
 def test_user_drops_privileges(groups: Groups) -> None:
     import pwd

@@ -103,6 +103,11 @@ def test_previous_deployment_and_running_instances_come_with_the_plan(hybrid: di
     current = {"manifest": {"instances": [{"name": "gpu0"}], "engine": "sim"}}
     plan = _plan(hybrid, facts=_facts(running=["gpu0"]), current=current)
     assert plan["previous"] == current["manifest"] and plan["running"] == ["gpu0"]
+    # intact: read as it is on the host, so a run that deploys exactly it need not write it again
+    assert plan["previous_intact"] is True
+    rebuilt = {**current, "manifest_problem": "deployment.json is missing: rebuilt from the instance folders"}
+    assert _plan(hybrid, facts=_facts(running=["gpu0"]), current=rebuilt)["previous_intact"] is False
+    assert _plan(hybrid, current={"manifest": None, "manifest_problem": ""})["previous_intact"] is False
 
 
 def test_errors_name_the_role_variable(hybrid: dict[str, Any]) -> None:
