@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import wait_spec
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import process_spec, wait_spec
 
 
 class RollbackError(ValueError):
@@ -39,6 +39,7 @@ def plan(manifest: Mapping[str, Any] | None, running: Iterable[str], *, ready_ti
         inst = dict(record)
         inst["gpu_ids"] = list(record.get("gpus") or [])
         inst["wait"] = wait_spec(inst, manifest, settings, backend)
+        inst["process"] = process_spec(inst)
         instances.append(inst)
         name = inst["name"]
         if wanted is not None and name not in wanted:

@@ -130,6 +130,15 @@ def wait_spec(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: Ma
     return spec
 
 
+def process_spec(instance: Mapping[str, Any]) -> dict[str, Any]:
+    """One entry of llmops.sglang.detached_service's ``services`` (the process backend starts a
+    batch in one run of it): the instance's service name, its launch script, folder, pid file and
+    log file."""
+    paths = instance["paths"]
+    return {"name": instance["service"], "command": [paths["launch_script"]], "chdir": paths["dir"],
+            "pid_file": paths["pid_file"], "log_file": paths["log_file"]}
+
+
 def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python: str,
                    install: bool, packages: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What llmops.sglang.preflight checks: every HTTP and NCCL port of the instances, the
@@ -180,10 +189,7 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
     for inst in plan["instances"]:
         inst["env"], inst["env_secrets"] = environment(inst, plan, settings, gpu_names)
         inst["wait"] = wait_spec(inst, plan, settings, backend)
-        # the process backend's service (module detached_service, a batch in one run of it)
-        paths = inst["paths"]
-        inst["process"] = {"name": inst["service"], "command": [paths["launch_script"]], "chdir": paths["dir"],
-                           "pid_file": paths["pid_file"], "log_file": paths["log_file"]}
+        inst["process"] = process_spec(inst)
     user = _text(settings.get("user"))
     plan.update({
         "host": inputs.host,
