@@ -62,6 +62,10 @@ class Ownership:
                     out.setdefault(gpu, []).append(inst.name)
         return out
 
+    def running(self) -> list[str]:
+        """The instance folders with a live process: part of the deployment, listed or not."""
+        return [name for name, procs in self.instances.items() if procs.pids]
+
     def to_fact(self) -> dict[str, object]:
         return {"base_dir": self.base_dir,
                 "instances": [self.instances[name].to_fact() for name in self.instances]}

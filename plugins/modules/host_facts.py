@@ -486,8 +486,7 @@ def main() -> None:
             inputs.instances_on_gpu = ownership.instances_on_gpu()
             inputs.deployment = ownership.to_fact()
             # every instance folder with a live process is part of the deployment, listed or not
-            running = [name for name, procs in ownership.instances.items() if procs.pids]
-            found = _manifest.load(params["deployment_dir"], inputs.service_manager, running=running)
+            found = _manifest.load(params["deployment_dir"], inputs.service_manager, running=ownership.running())
             if found["problem"]:
                 module.warn(found["problem"])
         skip_detection = params["prefer_declared"] and bool(params["declared_gpus"])

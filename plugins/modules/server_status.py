@@ -152,7 +152,7 @@ def main() -> None:
     params = module.params
     # every instance folder with a live process is part of the deployment, listed or not
     ownership = find_ownership(params["base_dir"])
-    running = [name for name, procs in ownership.instances.items() if procs.pids]
+    running = ownership.running()
     found = _manifest.load(params["base_dir"], read_service_manager("/proc"), running=running)
     if found["problem"]:
         module.warn(found["problem"])
