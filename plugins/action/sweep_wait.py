@@ -80,7 +80,8 @@ class ActionModule(ActionBase):
         warnings = [w for r in results for w in (r.get("warnings") or [])]
         if warnings:
             result["warnings"] = result.get("warnings", []) + warnings
-        result.update(results=results, changed=False)
+        sweeps = {job.name: (job.result or {}).get("ansible_facts", {}).get("sglang_sweep") for job in jobs}
+        result.update(results=results, sweeps={k: v for k, v in sweeps.items() if isinstance(v, dict)}, changed=False)
         if failed:
             result.update(failed=True, msg="; ".join(str(r.get("msg")) for r in failed))
         return result

@@ -40,6 +40,11 @@ options:
         C(url).
       - C(sweep) is the C(sglang_sweep) fact of M(llmops.sglang.throughput_sweep)
         (schema_version 1). A bare sweep without meta is accepted too.
+      - 'The bench role passes each host''s sweeps in one item instead:
+        C({host: node1, manifest: <its deployment manifest>, sweeps: {gpu0: <sglang_sweep>, ...}}),
+        one report item per instance, its meta from the manifest; and a router''s sweeps as
+        C({host: r1, router: {url: ..., workers_down: [...]}, sweeps: [<sglang_sweep>]}), their meta
+        a router''s (profile and release where the workers in O(results) agree).'
       - The first profile met is the baseline of the profile comparison.
     type: list
     elements: dict
@@ -66,6 +71,22 @@ options:
       - Point C(<dest>/latest) at the new folder.
     type: bool
     default: true
+  capacity_target_rps:
+    description:
+      - A target load in requests/s. Above 0 the module answers how many instances and hosts of
+        each host class carry it under the SLO the sweeps measured (RV(capacity)) and writes
+        C(capacity.md) into the report folder. C(0) answers nothing.
+      - See C(docs/sweep.md), "Capacity".
+    type: float
+    default: 0
+  host_facts:
+    description:
+      - The hosts' C(sglang_host) facts (M(llmops.sglang.host_facts)), by inventory name, for
+        O(capacity_target_rps) - hosts with equal GPU model, count and memory form one class; a
+        host of the inventory that was not measured counts towards its class's hosts.
+      - An empty dict for a host whose facts are unknown.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
@@ -163,6 +184,25 @@ fallback:
   returned: when the report went to the fallback folder
   type: bool
   sample: true
+failures:
+  description:
+    - Per host (the meta's C(host)), one line per instance whose sweep had levels with failed
+      requests, naming them (the bench role fails on them with C(sglang_bench_fail_on_errors)).
+  returned: always
+  type: dict
+  sample: {node1: ["node1/gpu0 (baseline): C=4 (8 of 8 failed: 100%, connection 8)"]}
+capacity:
+  description:
+    - The capacity answer for O(capacity_target_rps) (the bench role's C(sglang_capacity) fact) -
+      C(target_rps), C(slo) and per host class C(limit_rps_min), C(limit_rps_mean),
+      C(instances_per_host), C(instances_needed), C(hosts_needed), C(hosts_in_inventory),
+      C(enough), C(note).
+  returned: when O(capacity_target_rps) is above 0
+  type: dict
+capacity_markdown:
+  description: RV(capacity) as the Markdown table written to C(capacity.md).
+  returned: when O(capacity_target_rps) is above 0
+  type: str
 report_warnings:
   description: Problems that did not stop the report - one per instance whose sweep had
     levels with failed requests (naming them, with the failures by kind), no matplotlib, a plot
@@ -179,7 +219,9 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _capacity
 from ansible_collections.llmops.sglang.plugins.module_utils._report import (
+    failed_levels,
     normalize,
     plan_files,
     render_markdown,
@@ -201,6 +243,37 @@ def _fallback(module: AnsibleModule, results: list[dict[str, Any]], out_dir: str
                          "folder this user can write", report_warnings=report.pop("warnings"), fallback=True, **report)
 
 
+def _failures(items: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The failed levels' lines, per host."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        lines = failed_levels([item])
+        if lines:
+            out.setdefault(str(item["meta"].get("host")), []).extend(lines)
+    return out
+
+
+def _capacity_answer(module: AnsibleModule, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """capacity + capacity_markdown for capacity_target_rps > 0, else nothing."""
+    params = module.params
+    if not params["capacity_target_rps"] > 0:
+        return {}
+    facts = {str(h): dict(f) if isinstance(f, dict) else {} for h, f in (params["host_facts"] or {}).items()}
+    try:
+        fact = _capacity.capacity(items, facts, params["capacity_target_rps"])
+    except _capacity.CapacityError as exc:
+        module.fail_json(msg=f"capacity_target_rps: {exc}")
+    return {"capacity": fact, "capacity_markdown": _capacity.render_markdown(fact)}
+
+
+def _write_capacity(report: dict[str, Any], answer: dict[str, Any]) -> None:
+    """capacity.md beside the report's files."""
+    path = os.path.join(report["dir"], "capacity.md")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(answer["capacity_markdown"])
+    report["files"].append(path)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -209,6 +282,8 @@ def main() -> None:
             "run_id": {"type": "str"},
             "title": {"type": "str"},
             "latest_link": {"type": "bool", "default": True},
+            "capacity_target_rps": {"type": "float", "default": 0},
+            "host_facts": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -225,21 +300,26 @@ def main() -> None:
         items = normalize(results)
     except ValueError as exc:
         module.fail_json(msg=f"bad results: {exc}")
+    answer = _capacity_answer(module, items)
+    failures = _failures(items)
 
     if module.check_mode:
         table = render_markdown(items, params["title"])[1]
         latest = os.path.join(params["dest"], "latest") if params["latest_link"] else None
-        module.exit_json(changed=True, dir=out_dir, files=plan_files(results, out_dir), plots=[],
-                         table=table, latest=latest, report_warnings=[])
+        files = plan_files(items, out_dir) + ([os.path.join(out_dir, "capacity.md")] if answer else [])
+        module.exit_json(changed=True, dir=out_dir, files=files, plots=[],
+                         table=table, latest=latest, report_warnings=[], failures=failures, **answer)
 
     try:
-        report = write_report(results, out_dir, title=params["title"], latest_link=params["latest_link"])
+        report = write_report(items, out_dir, title=params["title"], latest_link=params["latest_link"])
+        if answer:
+            _write_capacity(report, answer)
     except OSError as exc:
-        _fallback(module, results, out_dir, run_id, exc)
+        _fallback(module, items, out_dir, run_id, exc)
     report_warnings = report.pop("warnings")
     for warning in report_warnings:
         module.warn(warning)
-    module.exit_json(changed=True, report_warnings=report_warnings, **report)
+    module.exit_json(changed=True, report_warnings=report_warnings, failures=failures, **answer, **report)
 
 
 if __name__ == "__main__":

@@ -113,4 +113,11 @@ results:
   returned: always
   type: list
   elements: dict
+sweeps:
+  description:
+    - The finished sweeps by instance (the loop item's C(name)) - each job's C(sglang_sweep)
+      fact, in the order of O(jobs); a job that failed or was skipped has none.
+  returned: always
+  type: dict
+  sample: {gpu0: {schema_version: 1, points: []}}
 """

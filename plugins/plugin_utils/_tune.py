@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._capacity import gpu_class_key
 from ansible_collections.llmops.sglang.plugins.module_utils._stats import clean, find_knee, find_peak
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import load_profiles
@@ -31,18 +31,6 @@ class TuneError(ValueError):
 
 
 # ---- host classes ----
-
-def gpu_class_key(host_facts: Mapping[str, Any]) -> str:
-    """Hosts with equal GPU model, count and memory form one class (they tune the same way).
-    The key is also a valid group name: ``<model>_x<count>_<MiB>mib``, lower case."""
-    gpus = list(host_facts.get("gpus") or [])
-    if not gpus:
-        return "nogpu"
-    names = sorted({str(g.get("name") or "unknown") for g in gpus})
-    mib = sorted({int(g.get("memory_total_mib") or g.get("memory_mib") or 0) for g in gpus})
-    raw = f"{'+'.join(names)}_x{len(gpus)}_{'+'.join(map(str, mib))}mib"
-    return re.sub(r"[^a-z0-9_]+", "_", raw.lower()).strip("_")
-
 
 VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 

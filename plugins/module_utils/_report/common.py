@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._fleet import router_meta
+
 MISSING = "-"
 NOT_MEASURABLE = "n/m"
 DRIFT_MARK = "~"
@@ -178,10 +180,21 @@ def instance_label(meta: dict[str, Any]) -> str:
 def normalize(results: Iterable[Any]) -> list[dict[str, Any]]:
     """Each item as {"meta": dict, "sweep": dict}.
 
-    A bare sweep (an item with ``points`` and no ``sweep`` key) is accepted too; its meta is
-    then only its url. Items that are neither are rejected with ValueError.
+    Accepted forms, in any mix:
+
+    - ``{meta, sweep}``: one instance's sweep with its meta;
+    - a bare sweep (an item with ``points`` and no ``sweep`` key); its meta is then only its url;
+    - ``{host, manifest, sweeps}``: one host's sweeps keyed by instance name (as the bench role
+      collects them) with that host's deployment manifest: one item per instance, its meta
+      from the manifest (profile, release, engine, the instance's gpus and url);
+    - ``{host, router: {url, workers_down}, sweeps: [...]}``: a router's sweeps, their meta a
+      router's (``_fleet.router_meta``: profile and release where the workers of the same
+      results agree, and the workers that were down).
+
+    Anything else is rejected with ValueError.
     """
     items: list[dict[str, Any]] = []
+    routers: list[tuple[int, dict[str, Any]]] = []
     for index, item in enumerate(results):
         if not isinstance(item, dict):
             raise ValueError(f"results[{index}] is a {type(item).__name__}, expected a dict")
@@ -190,15 +203,53 @@ def normalize(results: Iterable[Any]) -> list[dict[str, Any]]:
             sweep = item["sweep"]
         elif "points" in item:
             meta, sweep = {}, item
+        elif isinstance(item.get("router"), dict) and isinstance(item.get("sweeps"), list):
+            routers.append((len(items), item))
+            continue
+        elif isinstance(item.get("sweeps"), dict):
+            items.extend(_host_items(item, index))
+            continue
         else:
             raise ValueError(
-                f"results[{index}] has no 'sweep' (expected {{meta: ..., sweep: <sglang_sweep>}})"
+                f"results[{index}] has no 'sweep' (expected {{meta: ..., sweep: <sglang_sweep>}}, or a host's "
+                "{host: ..., manifest: ..., sweeps: {instance: <sglang_sweep>}})"
             )
-        meta = dict(meta)
-        if not meta.get("url") and sweep.get("url"):
-            meta["url"] = sweep["url"]
-        items.append({"meta": meta, "sweep": sweep})
+        items.append(_with_url(meta, sweep))
+    workers = list(items)
+    for at, item in reversed(routers):
+        items[at:at] = _router_items(item, workers)
     return items
+
+
+def _with_url(meta: dict[str, Any], sweep: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(meta)
+    if not meta.get("url") and sweep.get("url"):
+        meta["url"] = sweep["url"]
+    return {"meta": meta, "sweep": sweep}
+
+
+def _host_items(entry: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    """A host's {name: sweep} with its manifest -> one item per instance."""
+    manifest = entry.get("manifest") if isinstance(entry.get("manifest"), dict) else {}
+    by_name = {i.get("name"): i for i in manifest.get("instances") or [] if isinstance(i, dict)}
+    out = []
+    for name, sweep in entry["sweeps"].items():
+        if not isinstance(sweep, dict):
+            raise ValueError(f"results[{index}].sweeps[{name!r}] is a {type(sweep).__name__}, expected a sweep")
+        inst = by_name.get(name, {})
+        out.append(_with_url({"host": entry.get("host"), "instance": name, "profile": manifest.get("profile"),
+                              "release": manifest.get("release"), "engine": manifest.get("engine"),
+                              "gpus": inst.get("gpus", []), "url": inst.get("connect_url") or inst.get("url")},
+                             sweep))
+    return out
+
+
+def _router_items(entry: dict[str, Any], workers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A router's sweeps -> items with a router's meta, next to the workers of the same results."""
+    router = entry["router"]
+    meta = router_meta(str(entry.get("host")), str(router.get("url") or ""), workers,
+                       router.get("workers_down") or [])
+    return [_with_url(dict(meta), sweep) for sweep in entry["sweeps"] if isinstance(sweep, dict)]
 
 
 def profiles_in_order(items: Sequence[dict[str, Any]]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -320,8 +321,10 @@ def test_bad_results_rejected(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- the module
-def run_playbook(tmp_path: Path, results: list[dict[str, Any]], *extra: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "vars.json").write_text(json.dumps({"sweep_results": results}), encoding="utf-8")
+def run_playbook(tmp_path: Path, results: list[dict[str, Any]], *extra: str,
+                 options: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "vars.json").write_text(json.dumps({"sweep_results": results, "options": options or {}}),
+                                        encoding="utf-8")
     playbook = tmp_path / "report.yml"
     playbook.write_text(
         "- name: Report\n"
@@ -335,6 +338,8 @@ def run_playbook(tmp_path: Path, results: list[dict[str, Any]], *extra: str) -> 
         f"        dest: \"{tmp_path / 'reports'}\"\n"
         f"        run_id: {RUN_ID}\n"
         "        title: e2e\n"
+        "        capacity_target_rps: \"{{ options.capacity_target_rps | default(0) }}\"\n"
+        "        host_facts: \"{{ options.host_facts | default({}) }}\"\n"
         "      delegate_to: localhost\n"
         "      run_once: true\n"
         "      register: report\n"
@@ -389,6 +394,38 @@ def test_module_check_mode(results: list[dict[str, Any]], tmp_path: Path) -> Non
     assert "summary.csv" in {Path(f).name for f in result["files"]}
     assert "| 48 | 96 | 96 | 0 | 409.0 | 1024 | 240.3 |" in result["table"]
     assert not (tmp_path / "reports").exists()
+
+
+def test_module_takes_the_roles_host_entries_and_answers_capacity_and_failures(
+        results: list[dict[str, Any]], tmp_path: Path) -> None:
+    # the bench role's form: a host's sweeps by instance with its manifest; one level failed
+    mtp, hicache = (dict(r["sweep"]) for r in results)
+    hicache["slo"] = mtp["slo"] = {"ttft_p99_ms": 1000.0}
+    mtp["points"] = [dict(p, slo_met=p["concurrency"] <= 1) for p in mtp["points"]]  # C=1 of C=1, 4
+    hicache["points"] = [dict(p, slo_met=True) for p in hicache["points"]]
+    hicache["points"][0].update(ok=hicache["points"][0]["requests"] - 1, status="errors",
+                                 errors={"total": 1, "timeout": 1})
+    manifest = {"profile": "mtp", "release": "0.5.17", "engine": "sim",
+                "instances": [{"name": "gpu0", "gpus": [0]}, {"name": "gpu1", "gpus": [1]}]}
+    h200 = {"gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771}] * 2}
+    entries = [{"host": "node1", "manifest": manifest, "sweeps": {"gpu0": mtp}},
+               {"host": "node2", "manifest": manifest, "sweeps": {"gpu1": hicache}}]
+    options = {"capacity_target_rps": 10, "host_facts": {"node1": h200, "node2": h200, "node3": h200}}
+    result = module_result(run_playbook(tmp_path, entries, options=options))
+    out = tmp_path / "reports" / RUN_ID
+    assert {"node1_gpu0_mtp.json", "node2_gpu1_mtp.json", "capacity.md"} <= {Path(f).name for f in result["files"]}
+    assert list(result["failures"]) == ["node2"] and result["failures"]["node2"][0].startswith("node2/gpu1 (mtp): C=1")
+    cls = result["capacity"]["classes"][0]
+    limit = mtp["points"][0]["req_s"]  # below every level of the other instance: the class's limit
+    assert cls["class"] == "nvidia_h200_x2_143771mib" and cls["hosts_in_inventory"] == 3
+    assert cls["limit_rps_min"] == limit and cls["instances_needed"] == math.ceil(10 / limit)
+    assert (out / "capacity.md").read_text(encoding="utf-8") == result["capacity_markdown"]
+    assert json.loads((out / "node1_gpu0_mtp.json").read_text())["meta"]["gpus"] == [0]
+    # check mode: the same answers, nothing written
+    (tmp_path / "check").mkdir()
+    checked = module_result(run_playbook(tmp_path / "check", entries, "--check", options=options))
+    assert checked["capacity"] == result["capacity"] and checked["failures"] == result["failures"]
+    assert not (tmp_path / "check" / "reports").exists()
 
 
 def test_module_doc() -> None:

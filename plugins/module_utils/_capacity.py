@@ -1,12 +1,12 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""The capacity answer (controller side, pure): how many instances and hosts of each host class
+"""The capacity answer (pure; sweep_report computes it on the controller): how many instances and hosts of each host class
 carry a target load under the SLO the bench measured (docs/sweep.md "Capacity").
 
 - An instance's limit is the highest request rate at which its sweep met the SLO: the highest
   ``offered_rate`` of a rate-mode level with ``slo_met`` (the SLO search's ``highest_pass`` is
   one of them), or in concurrency mode the highest ``req_s`` of a level with ``slo_met``.
-- Hosts are grouped by GPU model, count and memory (``_tune.gpu_class_key`` of their
+- Hosts are grouped by GPU model, count and memory (``gpu_class_key`` of their
   ``sglang_host`` fact). A class's per-instance limit is the lowest of its instances' (the
   conservative answer; the mean is given too); its instances per host the most any of its
   hosts ran.
@@ -16,10 +16,23 @@ carry a target load under the SLO the bench measured (docs/sweep.md "Capacity").
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils._tune import gpu_class_key
+from ansible_collections.llmops.sglang.plugins.module_utils._fleet import is_router
+
+
+def gpu_class_key(host_facts: Mapping[str, Any]) -> str:
+    """Hosts with equal GPU model, count and memory form one class (they tune the same way).
+    The key is also a valid group name: ``<model>_x<count>_<MiB>mib``, lower case."""
+    gpus = list(host_facts.get("gpus") or [])
+    if not gpus:
+        return "nogpu"
+    names = sorted({str(g.get("name") or "unknown") for g in gpus})
+    mib = sorted({int(g.get("memory_total_mib") or g.get("memory_mib") or 0) for g in gpus})
+    raw = f"{'+'.join(names)}_x{len(gpus)}_{'+'.join(map(str, mib))}mib"
+    return re.sub(r"[^a-z0-9_]+", "_", raw.lower()).strip("_")
 
 
 class CapacityError(ValueError):
@@ -51,7 +64,7 @@ def capacity(items: Sequence[Mapping[str, Any]], host_facts: Mapping[str, Mappin
     by_class: dict[str, dict[str, Any]] = {}
     for item in items:
         meta = item.get("meta") or {}
-        if meta.get("router"):
+        if is_router(item):
             continue  # a router's sweep is not one instance's
         host = str(meta.get("host"))
         key = gpu_class_key(host_facts.get(host) or {})

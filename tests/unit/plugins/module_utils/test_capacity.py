@@ -1,12 +1,11 @@
-"""The capacity answer (plugin_utils/_capacity.py) and its filter, exact on given sweeps."""
+"""The capacity answer (module_utils/_capacity.py, computed by sweep_report), exact on given sweeps."""
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.filter.bench import FilterModule
-from ansible_collections.llmops.sglang.plugins.plugin_utils import _capacity
+from ansible_collections.llmops.sglang.plugins.module_utils import _capacity
 
 H200 = {"gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771}] * 8}
 A100 = {"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920}] * 4}
@@ -59,9 +58,15 @@ def test_no_slo_result_and_bad_targets() -> None:
         _capacity.capacity(items, {}, 0)
 
 
-def test_the_filter_reads_host_facts_from_hostvars() -> None:
-    capacity = FilterModule().filters()["bench_capacity"]
-    items = [_item("h1", "gpu0", _sweep("rate", [(4, True)]))]
-    hostvars = {"h1": {"ansible_facts": {"sglang_host": H200}}, "h2": {"ansible_facts": {"sglang_host": H200}}}
-    fact = capacity(items, hostvars, ["h1", "h2"], 9)
-    assert fact["classes"][0]["hosts_in_inventory"] == 2 and fact["classes"][0]["hosts_needed"] == 3
+def test_a_routers_sweep_is_not_an_instance() -> None:
+    items = [_item("h1", "gpu0", _sweep("rate", [(4, True)])),
+             {"meta": {"host": "h1", "instance": "router", "role": "router"}, "sweep": _sweep("rate", [(1, True)])}]
+    fact = _capacity.capacity(items, {"h1": H200, "h2": H200}, 9)
+    only = fact["classes"][0]
+    assert [i["instance"] for i in only["instances"]] == ["gpu0"]
+    assert only["hosts_in_inventory"] == 2 and only["limit_rps_min"] == 4 and only["hosts_needed"] == 3
+
+
+def test_gpu_class_key() -> None:
+    assert _capacity.gpu_class_key(H200) == "nvidia_h200_x8_143771mib"
+    assert _capacity.gpu_class_key({}) == "nogpu"

@@ -1,6 +1,7 @@
-"""The fleet section of a bench report through the router: the router's report items
-(plugins/filter/bench.py) beside the workers', rendered by module_utils/_report; the fleet views
-themselves are tested host-side in tests/unit/plugins/module_utils/test_fleet.py."""
+"""The fleet section of a bench report through the router: the router's sweeps in the form the
+bench role passes them to sweep_report ({host, router: {url, workers_down}, sweeps}), made items
+by ``_report.normalize`` beside the workers' and rendered by module_utils/_report; the fleet views
+themselves are tested in tests/unit/plugins/module_utils/test_fleet.py."""
 from __future__ import annotations
 
 import csv
@@ -8,10 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.filter import bench as bench_filters
+import pytest
+
 from ansible_collections.llmops.sglang.plugins.module_utils import _fleet, _report
 
-from ..module_utils.test_fleet import item, rec, sweep
+from ..test_fleet import item, rec, sweep
 
 
 def fleet_items() -> list[dict[str, Any]]:
@@ -20,7 +22,7 @@ def fleet_items() -> list[dict[str, Any]]:
     router = sweep([rec(1, 0.0, 1.5), rec(1, 1.5, 3.0), rec(2, 4.0, 5.0), rec(2, 4.0, 5.0), rec(4, 6.0, 7.0)],
                    t0=1200.0, url="http://r:8000")
     workers = [item(w0), item(w1, instance="gpu1")]
-    return workers + bench_filters._router_report_items([router], "r1", "http://r:8000", workers)
+    return _report.normalize(workers + [{"host": "r1", "router": {"url": "http://r:8000"}, "sweeps": [router]}])
 
 
 def test_side_by_side_per_level_workers_then_fleet_then_router() -> None:
@@ -98,7 +100,8 @@ def test_a_worker_down_is_a_down_row_and_the_fleet_total_is_the_workers_that_wer
     router = sweep([rec(1, 0.0, 1.5), rec(2, 4.0, 5.0)], t0=1200.0, url="http://r:8000")
     workers = [item(w0)]
     gone = [{"host": "h1", "name": "gpu1", "url": "http://h1:30001", "health": 0, "process": "dead", "up": False}]
-    items = workers + bench_filters._router_report_items([router], "r1", "http://r:8000", workers, gone)
+    items = _report.normalize(workers + [{"host": "r1", "router": {"url": "http://r:8000", "workers_down": gone},
+                                          "sweeps": [router]}])
     rows = _report.fleet_rows(items)
     assert [(r["concurrency"], r["view"], r["label"]) for r in rows][:4] == [
         (1, "worker", "h1/gpu0"),
@@ -115,3 +118,25 @@ def test_a_worker_down_is_a_down_row_and_the_fleet_total_is_the_workers_that_wer
     assert "Time bases differ" not in summary and "(no records)" not in summary
     csv_rows = list(csv.DictReader((tmp_path / "fleet.csv").open()))
     assert [r["view"] for r in csv_rows if r["concurrency"] == "1"] == ["worker", "down", "fleet", "router"]
+
+
+def test_a_host_entry_is_one_item_per_instance_with_the_manifest_meta() -> None:
+    manifest = {"profile": "mtp", "release": "0.5.17", "engine": "sim",
+                "instances": [{"name": "gpu0", "gpus": [0], "connect_url": "http://127.0.0.1:30000"},
+                              {"name": "gpu1", "gpus": [1], "url": "http://h1:30001"}]}
+    s0, s1 = sweep([rec(1, 0.0, 1.0)]), sweep([rec(1, 0.0, 2.0)])
+    items = _report.normalize([{"host": "h1", "manifest": manifest, "sweeps": {"gpu0": s0, "gpu1": s1}}])
+    assert [i["meta"] for i in items] == [
+        {"host": "h1", "instance": "gpu0", "profile": "mtp", "release": "0.5.17", "engine": "sim", "gpus": [0],
+         "url": "http://127.0.0.1:30000"},
+        {"host": "h1", "instance": "gpu1", "profile": "mtp", "release": "0.5.17", "engine": "sim", "gpus": [1],
+         "url": "http://h1:30001"}]
+    assert items[0]["sweep"] is s0 and items[1]["sweep"] is s1
+    # normalizing again changes nothing (the module normalizes what the role passes once)
+    assert _report.normalize(items) == items
+    # the router's meta takes the profile the workers of the same results agree on, wherever it stands
+    routed = _report.normalize([{"host": "r1", "router": {"url": "http://r"}, "sweeps": [s0]},
+                                {"host": "h1", "manifest": manifest, "sweeps": {"gpu0": s0}}])
+    assert [(i["meta"]["instance"], i["meta"]["profile"]) for i in routed] == [("router", "mtp"), ("gpu0", "mtp")]
+    with pytest.raises(ValueError, match=r"results\[0\].sweeps\['gpu0'\] is a str"):
+        _report.normalize([{"host": "h1", "manifest": manifest, "sweeps": {"gpu0": "x"}}])
