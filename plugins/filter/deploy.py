@@ -88,23 +88,6 @@ def _endpoint(instance: dict[str, Any]) -> dict[str, Any]:
     return {"name": instance["name"], "url": instance["connect_url"]}
 
 
-def _status_line(status: dict[str, Any]) -> str:
-    """One line per instance for people: up/down, version, limits, accept length."""
-    state = "up" if status.get("up") else "DOWN"
-    parts = [f"{status.get('name')}: {state} {status.get('url')}", f"process={status.get('process')}"]
-    if status.get("version"):
-        parts.append(f"sglang={status['version']}")
-    if status.get("max_running_requests") is not None:
-        parts.append(f"max_running_requests={status['max_running_requests']}")
-    if status.get("avg_spec_accept_length") is not None:
-        parts.append(f"accept_length={status['avg_spec_accept_length']}")
-    if not status.get("up"):
-        parts.append(f"health={status.get('health')}")
-    if status.get("in_manifest") is False:
-        parts.append("NOT IN THE MANIFEST (left by an interrupted deploy: stop.yml stops it, deploy.yml replaces it)")
-    return " ".join(parts)
-
-
 def _rollback_plan(manifest: dict[str, Any] | None, running: list[str] | None = None, *, ready_timeout: Any = 0,
                    time_scale: Any = 1.0, only: list[str] | None = None) -> dict[str, Any]:
     """A host's manifest -> what its rollback restarts (plugin_utils/_rollback.py)."""
@@ -133,5 +116,4 @@ class FilterModule:
             "rollback_plan": _rollback_plan,
             "deployment_rolled_back": _deployment_rolled_back,
             "endpoint": _endpoint,
-            "status_line": _status_line,
         }

@@ -312,3 +312,30 @@ def wait_for_idle(
         results[inst["name"]] = {"idle": last in (0, 0.0) or how in ("grace", "gone"),
                                  "waited_s": round(clock() - start, 2), "in_flight": last, "how": how}
     return results
+
+
+def status_line(status: dict[str, Any]) -> str:
+    """One line per instance for people: up/down, version, limits, accept length."""
+    state = "up" if status.get("up") else "DOWN"
+    parts = [f"{status.get('name')}: {state} {status.get('url')}", f"process={status.get('process')}"]
+    if status.get("version"):
+        parts.append(f"sglang={status['version']}")
+    if status.get("max_running_requests") is not None:
+        parts.append(f"max_running_requests={status['max_running_requests']}")
+    if status.get("avg_spec_accept_length") is not None:
+        parts.append(f"accept_length={status['avg_spec_accept_length']}")
+    if not status.get("up"):
+        parts.append(f"health={status.get('health')}")
+    if status.get("in_manifest") is False:
+        parts.append("NOT IN THE MANIFEST (left by an interrupted deploy: stop.yml stops it, deploy.yml replaces it)")
+    return " ".join(parts)
+
+
+def status_lines(manifest_found: bool, statuses: list[dict[str, Any]], lock_message: str = "",
+                 manifest_problem: str = "") -> list[str]:
+    """What status.yml prints for a host: the run lock's holder, the manifest's problem, then one
+    line per instance (``status_line``); without a deployment, that there is none."""
+    head = [lock_message] if lock_message else []
+    if not manifest_found:
+        return head + ["no deployment on this host"]
+    return head + ([manifest_problem] if manifest_problem else []) + [status_line(s) for s in statuses]

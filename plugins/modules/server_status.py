@@ -125,6 +125,16 @@ run_lock:
       C(message) (for people; '' when no run holds it).
   returned: always
   type: dict
+lines:
+  description:
+    - The state for people, a line each - the run lock's holder when a run holds it, the
+      manifest's problem, then per instance (with O(probe)) its name, C(up) or C(DOWN), URL,
+      process, SGLang version, effective C(max_running_requests), accept length, and a mark on
+      an instance the manifest does not list; C(no deployment on this host) without one.
+  returned: always
+  type: list
+  elements: str
+  sample: ["gpu0: up http://127.0.0.1:30000 process=running sglang=0.5.17 max_running_requests=48"]
 all_up:
   description: Every instance answered C(/health) with 200.
   returned: always
@@ -134,7 +144,7 @@ all_up:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _manifest, _runlock
-from ansible_collections.llmops.sglang.plugins.module_utils._deploy import instance_status
+from ansible_collections.llmops.sglang.plugins.module_utils._deploy import instance_status, status_lines
 from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import read_service_manager
 from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
 
@@ -172,6 +182,7 @@ def main() -> None:
     module.exit_json(changed=False, manifest_found=manifest is not None, manifest_state=found["state"],
                      manifest_problem=found["problem"], manifest=manifest, instances=results, running=sorted(running),
                      unlisted=found["unlisted"], run_lock=lock,
+                     lines=status_lines(manifest is not None, results, str(lock.get("message") or ""), found["problem"]),
                      all_up=bool(results) and all(r["up"] for r in results))
 
 

@@ -3,8 +3,6 @@
 in tests/unit/plugins/module_utils/test_deploy.py."""
 from __future__ import annotations
 
-import json
-
 from ansible_collections.llmops.sglang.plugins.filter import deploy as deploy_filters
 from ansible_collections.llmops.sglang.plugins.module_utils import _deploy
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import server as server_plan
@@ -72,23 +70,3 @@ def test_a_live_instance_left_out_of_the_manifest_is_replaced_or_removed() -> No
     diff = deploy_filters._deployment_diff(PLAN, previous, [])
     assert diff["restart"] == ["gpu1"] and diff["keep"] == ["gpu0"]
     assert [i["name"] for i in diff["remove"]] == ["gpu2"]
-
-
-def test_status_line_and_instance_status() -> None:
-    info = json.dumps({"version": "0.5.17", "max_running_requests": 16,
-                       "internal_states": [{"avg_spec_accept_length": 1.0, "last_gen_throughput": 5.0}]}).encode()
-
-    def getter(url: str, timeout: float, key: str | None) -> tuple[int, bytes]:
-        if url.endswith("/health"):
-            return 200, b""
-        if url.endswith("/server_info"):
-            return 404, b""
-        return 200, info
-
-    st = _deploy.instance_status({"name": "gpu0", "connect_url": "http://x:1"}, getter=getter)
-    assert st["up"] and st["version"] == "0.5.17" and st["max_running_requests"] == 16
-    assert st["server_info_path"] == "/get_server_info"
-    line = deploy_filters._status_line(st)
-    assert line.startswith("gpu0: up http://x:1") and "max_running_requests=16" in line
-    assert "NOT IN THE MANIFEST" not in line
-    assert "NOT IN THE MANIFEST (left by an interrupted deploy" in deploy_filters._status_line(dict(st, in_manifest=False))

@@ -248,3 +248,25 @@ def test_in_flight_from_recorded_metrics_and_waiting_for_idle(fixtures_dir) -> N
     assert res["a"] == {"idle": True, "waited_s": 2.0, "in_flight": 0.0, "how": "metrics"}
     assert res["b"]["idle"] is False and res["b"]["in_flight"] == 3.0 and res["b"]["waited_s"] >= 5
     assert res["c"]["how"] == "grace" and res["c"]["idle"]
+
+
+def test_status_line_and_instance_status() -> None:
+    info = json.dumps({"version": "0.5.17", "max_running_requests": 16,
+                       "internal_states": [{"avg_spec_accept_length": 1.0, "last_gen_throughput": 5.0}]}).encode()
+
+    def getter(url: str, timeout: float, key: str | None) -> tuple[int, bytes]:
+        if url.endswith("/health"):
+            return 200, b""
+        if url.endswith("/server_info"):
+            return 404, b""
+        return 200, info
+
+    st = _deploy.instance_status({"name": "gpu0", "connect_url": "http://x:1"}, getter=getter)
+    assert st["up"] and st["version"] == "0.5.17" and st["max_running_requests"] == 16
+    assert st["server_info_path"] == "/get_server_info"
+    line = _deploy.status_line(st)
+    assert line.startswith("gpu0: up http://x:1") and "max_running_requests=16" in line
+    assert "NOT IN THE MANIFEST" not in line
+    assert "NOT IN THE MANIFEST (left by an interrupted deploy" in _deploy.status_line(dict(st, in_manifest=False))
+    assert _deploy.status_lines(True, [st], "held by run 12", "manifest rebuilt") == ["held by run 12", "manifest rebuilt", line]
+    assert _deploy.status_lines(False, [], "held by run 12") == ["held by run 12", "no deployment on this host"]
