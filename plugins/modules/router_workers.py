@@ -37,6 +37,32 @@ options:
     type: list
     elements: str
     default: []
+  deployment_hosts:
+    description:
+      - Server hosts (inventory names, for example C(groups['sglang_servers'])) whose deployments
+        the router gets - every rank-0 instance of each host's C(sglang_deployment) fact (its
+        deployment manifest, which the server role sets; null for a host with none), after
+        O(workers).
+      - An instance on O(router_host) is registered at its C(connect_url), the address a client
+        on that host uses (loopback for a wildcard or a loopback bind); one on another host at
+        its C(advertise_url). Ranks above 0 (multi-node tensor parallel) and a live instance its
+        manifest does not list are left out.
+      - The task fails, naming each, when a host's fact is not set (left out of the play by
+        C(--limit), or failed) or an instance on another host listens on loopback only - a
+        partial list never replaces a router's workers.
+      - Resolved on the controller (this module's action plugin).
+    type: list
+    elements: str
+  deployments:
+    description:
+      - 'Deployments given as data, by server host - each a manifest or C({instances: [...]})
+        (the server role passes a batch of its instances this way) - resolved as O(deployment_hosts).'
+    type: dict
+  router_host:
+    description:
+      - The router's inventory host, required with O(deployment_hosts) or O(deployments) (the
+        host the task runs on - C(delegate_to)).
+    type: str
   state:
     description:
       - V(present) adds the listed workers that the router does not have.
@@ -129,6 +155,13 @@ EXAMPLES = r"""
     state: absent
     api_key: "{{ sglang_api_key }}"
 
+- name: Give the router on this host exactly the deployed instances of every server host
+  llmops.sglang.router_workers:
+    router_url: http://127.0.0.1:8000
+    deployment_hosts: "{{ groups['sglang_servers'] }}"
+    router_host: "{{ inventory_hostname }}"
+    state: exact
+
 - name: List the router's workers (changes nothing)
   llmops.sglang.router_workers:
     router_url: http://127.0.0.1:8000
@@ -199,6 +232,10 @@ def main() -> None:
         argument_spec={
             "router_url": {"type": "str", "required": True},
             "workers": {"type": "list", "elements": "str", "default": []},
+            # resolved into workers by the action plugin (plugins/action/router_workers.py)
+            "deployment_hosts": {"type": "list", "elements": "str"},
+            "deployments": {"type": "dict"},
+            "router_host": {"type": "str"},
             "state": {"type": "str", "default": "present", "choices": ["present", "absent", "exact"]},
             "worker_api_key": {"type": "str", "no_log": True},
             "api_key": {"type": "str", "no_log": True},
@@ -214,6 +251,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    if p["deployment_hosts"] or p["deployments"]:
+        module.fail_json(msg="deployment_hosts and deployments are resolved on the controller by the action "
+                             "llmops.sglang.router_workers: call the module by that name, not ansible.legacy")
     client = RouterClient(p["router_url"], api_key=p["api_key"], timeout=p["request_timeout"])
     try:
         result = reconcile(client, p["workers"], p["state"], worker_api_key=p["worker_api_key"],

@@ -1,7 +1,7 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Which worker URLs a router registers (controller side: the routers' play of deploy.yml, through
-the filter ``router_worker_urls``). Pure functions over the server hosts' deployment manifests;
+"""Which worker URLs a router registers (controller side: the action ``router_workers`` resolves
+its ``deployment_hosts`` and ``deployments`` with it). Pure functions over the server hosts' deployment manifests;
 the URL form is module_utils/_router.py's (``normalize_url``)."""
 from __future__ import annotations
 
