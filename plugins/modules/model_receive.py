@@ -80,6 +80,12 @@ options:
     type: list
     elements: path
     default: []
+  origin_dir:
+    description:
+      - With V(check) of a relay copy on the controller, the folder of the origin host the copy
+        comes from - then a copy that is not complete returns RV(fetches), what to fetch from
+        there (the model role's C(fanout.yml) loops M(ansible.builtin.fetch) over them).
+    type: str
 attributes:
   check_mode:
     description: V(manifest) and V(check) run; V(verify) reports and deletes or writes nothing.
@@ -153,6 +159,15 @@ bad:
   returned: V(verify)
   type: list
   elements: dict
+fetches:
+  description:
+    - V(check) with O(origin_dir), when not complete - one per file of O(manifest), C(path),
+      C(size), C(src) (the file in O(origin_dir)) and C(dest) (the file in this copy's folder).
+  returned: V(check)
+  type: list
+  elements: dict
+  sample: [{path: config.json, size: 1024, src: /data/hf/models--org--m/snapshots/abc/config.json,
+            dest: /home/me/.cache/llmops-sglang/models--org--m/snapshots/abc/config.json}]
 pruned:
   description: The commits of this repo removed (O(keep_revisions)); in check mode, those that would be.
   returned: V(check), V(verify)
@@ -203,6 +218,7 @@ def main() -> None:
             "fail_on_bad": {"type": "bool", "default": False},
             "keep_revisions": {"type": "int", "default": 0},
             "in_use_files": {"type": "list", "elements": "path", "default": []},
+            "origin_dir": {"type": "str"},
         },
         mutually_exclusive=[("repo", "path")],
         required_one_of=[("repo", "path")],
@@ -227,7 +243,8 @@ def main() -> None:
         if p["action"] == "check":
             out = fanout.check(target, manifest, reserve_bytes=int(p["reserve_gib"] * 1024 ** 3), full=full)
             pruned = _prune(module, target, out.complete)
-            module.exit_json(changed=bool(pruned), pruned=pruned, **out.to_json())
+            fetch = fanout.fetches(manifest, p["origin_dir"], target.folder) if p["origin_dir"] and not out.complete else []
+            module.exit_json(changed=bool(pruned), pruned=pruned, fetches=fetch, **out.to_json())
         received = fanout.receive(target, manifest, check_mode=module.check_mode)
         if received.bad and p["fail_on_bad"]:
             listed = "; ".join(f"{b['path']}: {b['problem']}" for b in received.bad)

@@ -14,7 +14,8 @@ A source is one of:
 
 With ``sglang_model_stage_from: controller`` or ``<seed host>`` a Hub revision is staged once (on
 the controller, or on the seed) and copied to the other hosts: ``transfers`` plans, per host,
-what it receives from where (module ``model_receive`` and ``roles/model/tasks/fanout.yml`` do it).
+what it receives from where (module ``model_receive`` and ``roles/model/tasks/fanout.yml`` do it). The action ``model_plan``
+plans every host of the play at once (``play_sources``, ``hub_refs``, ``play_plan``).
 """
 from __future__ import annotations
 
@@ -172,15 +173,38 @@ def transfers(pinned: list[dict[str, Any]], host: str, mode: str, play: dict[str
     return out
 
 
-def fetches(relays: list[dict[str, Any]], manifests: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The files the controller fetches from each origin into its relay folder, one per file."""
-    out = []
-    for item in relays:
-        files = manifests.get(item["id"])
-        if not files:
-            raise SourceError(f"no manifest of {item['id']} from {item['origin']}: the origin step did not run")
-        for entry in files:
-            out.append({"id": item["id"], "origin": item["origin"], "path": entry["path"], "size": entry["size"],
-                        "src": posixpath.join(item["origin_dir"], entry["path"]),
-                        "dest": posixpath.join(item["relay_dir"], entry["path"])})
+REQUEST_KEYS = ("model", "draft", "model_path", "draft_model_path", "cache_dir", "stage_from")
+
+
+def play_sources(requests: dict[str, dict[str, Any]], hosts: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every play host's sources (``requests``: host -> its variables, ``REQUEST_KEYS``), checked
+    at once: SourceError naming each host and what is wrong with it."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    problems = []
+    for host, req in requests.items():
+        try:
+            out[host] = sources(req.get("model"), req.get("draft"), req.get("model_path") or "",
+                                req.get("draft_model_path") or "", hosts, host)
+        except SourceError as err:
+            problems.append(f"{host}: {err}")
+    if problems:
+        raise SourceError("; ".join(problems))
     return out
+
+
+def hub_refs(play: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The Hub references (``repo@revision``) of the play's sources, once each, in order."""
+    return list(dict.fromkeys(src["ref"] for srcs in play.values() for src in srcs if src["kind"] == "hub"))
+
+
+def play_plan(requests: dict[str, dict[str, Any]], play: dict[str, list[dict[str, Any]]], resolved: dict[str, str],
+              controller_cache_dir: str) -> dict[str, dict[str, Any]]:
+    """Per host of the play, once the Hub revisions are resolved: its sources pinned to their
+    commits, what it receives by copy and from where (``transfers``) and the folders its plan
+    starts (``paths``)."""
+    pinned = {host: pin(play[host], resolved, str(requests[host].get("cache_dir") or "")) for host in play}
+    shared = {host: {"pinned": pinned[host], "cache_dir": requests[host].get("cache_dir") or ""} for host in play}
+    return {host: {"sources": play[host], "pinned": pinned[host],
+                   "transfers": transfers(pinned[host], host, requests[host].get("stage_from") or "hub", shared,
+                                          controller_cache_dir),
+                   "paths": paths(pinned[host])} for host in play}

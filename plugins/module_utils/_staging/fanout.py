@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,6 +277,13 @@ def check(target: Target, manifest: Manifest, *, reserve_bytes: int = 0, full: b
             out.need_bytes += entry.size - (st[0] if st and st[0] < entry.size else 0)
     out.free_bytes = disk.check_room(out.need_bytes, reserve_bytes, target.folder)
     return out
+
+
+def fetches(manifest: Manifest, origin_dir: str, folder: str) -> list[dict[str, Any]]:
+    """What the controller fetches from the origin into ``folder`` (a relay copy), one entry per
+    file of the manifest: ``{path, size, src: <origin_dir>/<path>, dest: <folder>/<path>}``."""
+    return [{"path": e.path, "size": e.size, "src": posixpath.join(origin_dir, e.path),
+             "dest": posixpath.join(folder, e.path)} for e in manifest.files]
 
 
 # ---- verify (at a receiver, after the copy)

@@ -120,13 +120,11 @@ def test_from_host_sources_copy_the_folder_from_that_host_to_the_same_path():
 
 def test_fetches_one_per_file_of_each_relayed_copy():
     (one,) = ms.transfers([HUB], "h2", "seed", _play(seed=[HUB], h2=[HUB]), "/ctl")
-    files = _manifest().to_json()
-    got = ms.fetches([one], {one["id"]: files})
+    got = fanout.fetches(_manifest(), one["origin_dir"], one["relay_dir"])
     assert [g["path"] for g in got] == list(FILES)
     assert got[2]["src"] == Layout("/data/seed", REPO, C1).snapshot + "/sub/tokenizer.json"
     assert got[2]["dest"] == Layout("/ctl", REPO, C1).snapshot + "/sub/tokenizer.json"
-    with pytest.raises(ms.SourceError, match="no manifest"):
-        ms.fetches([one], {})
+    assert got[2]["size"] == _manifest().files[2].size
 
 
 def test_the_copies_are_bounded_to_sglang_model_stage_parallel_hosts_at_once():

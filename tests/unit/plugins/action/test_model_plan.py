@@ -1,0 +1,48 @@
+"""The model_plan action (plugins/action/model_plan.py): one run plans the play - each Hub
+reference resolved once through model_revision where the task runs, every host's plan returned."""
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+from ansible_collections.llmops.sglang.plugins.action.model_plan import ActionModule
+
+C1 = "c" * 40
+
+
+def _action(args: dict[str, Any], answers: dict[str, dict[str, Any]]) -> tuple[ActionModule, list[dict[str, Any]]]:
+    task = mock.MagicMock(args=args, async_val=0, check_mode=False)
+    action = ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    calls: list[dict[str, Any]] = []
+
+    def execute(module_name: str, module_args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        assert module_name == "llmops.sglang.model_revision"
+        calls.append(module_args)
+        return answers[f"{module_args['repo']}@{module_args['revision']}"]
+
+    action._execute_module = execute  # type: ignore[method-assign]
+    return action, calls
+
+
+def _req(model: dict[str, Any], **over: Any) -> dict[str, Any]:
+    return {"model": model, "cache_dir": "/data/hf", "stage_from": "hub", **over}
+
+
+def test_each_reference_is_resolved_once_and_every_host_planned() -> None:
+    requests = {"h1": _req({"repo": "org/m"}), "h2": _req({"repo": "org/m"}, cache_dir="/data/h2")}
+    action, calls = _action({"requests": requests, "controller_cache_dir": "/ctl", "endpoint": "http://127.0.0.1:1"},
+                            {"org/m@main": {"commit": C1}})
+    result = action.run(task_vars={})
+    assert calls == [{"repo": "org/m", "revision": "main", "offline": False, "endpoint": "http://127.0.0.1:1"}]
+    assert result["resolved"] == {"org/m@main": C1} and not result.get("failed")
+    assert result["hosts"]["h2"]["paths"]["model"].startswith("/data/h2/models--org--m/snapshots/" + C1)
+
+
+def test_bad_sources_fail_before_any_resolution_and_a_failed_resolution_names_the_reference() -> None:
+    action, calls = _action({"requests": {"h1": _req({"repo": "org/m", "bogus": 1})}, "controller_cache_dir": "/ctl"}, {})
+    result = action.run(task_vars={})
+    assert result["failed"] and "h1: sglang_model has keys ['bogus']" in result["msg"] and calls == []
+    action, _ = _action({"requests": {"h1": _req({"repo": "org/m"})}, "controller_cache_dir": "/ctl"},
+                        {"org/m@main": {"failed": True, "msg": "the Hub did not answer"}})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"] == "cannot resolve org/m@main to a commit: the Hub did not answer"
