@@ -1,0 +1,73 @@
+"""The tune_search action (plugins/action/tune_search.py): each step maps its options onto the
+search's rules (plugin_utils/_tune.py, _tunereport.py; tested in detail in
+tests/unit/plugins/plugin_utils/test_tune.py) and a run of the steps in the role's order chooses
+as the rules do. Throughputs: the seed's MTP + HiCache curve (tests/fixtures/seed-benchmarks.md)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.llmops.sglang.plugins.action import tune_search
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune
+
+from ..plugin_utils.test_tune import LEVELS, SEED_MTP_HICACHE, _pt, _sweep
+
+H200 = {"gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771}] * 2}
+RTX = {"gpus": [{"name": "NVIDIA RTX PRO 6000", "memory_total_mib": 97887}]}
+HOSTVARS = {"a": {"ansible_facts": {"sglang_host": H200}}, "b": {"ansible_facts": {"sglang_host": H200}},
+            "c": {"ansible_facts": {"sglang_host": RTX}}}
+GROUPS = {"all": ["a", "b", "c"], "sglang_servers": ["a", "b", "c"]}
+
+
+def _step(args: dict[str, Any], host: str = "a") -> dict[str, Any]:
+    task = mock.MagicMock(args=args, async_val=0, check_mode=False)
+    action = tune_search.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader=None, templar=None,
+                                      shared_loader_obj=None)
+    return action.run(task_vars={"inventory_hostname": host, "hostvars": HOSTVARS, "groups": GROUPS})
+
+
+def test_plan_gives_the_objective_candidates_with_their_variables_and_this_hosts_class() -> None:
+    got = _step({"step": "plan", "slo": {"ttft_p99_ms": 0, "itl_p50_ms": 0, "concurrency": 0, "score": "throughput",
+                                          "target_rps": 0},
+                 "space": {"profiles": ["mtp_hicache"], "speculative": [{"steps": 2, "draft_tokens": 3}]},
+                 "extra_args": {"--chunked-prefill-size": 4096}, "hosts": ["a", "b", "c"], "class_groups": []}, host="c")
+    assert got["slo"] == _tune.slo() and not got.get("failed")
+    (cand,) = got["candidates"]
+    assert cand["vars"] == _tune.candidate_vars(cand, {"--chunked-prefill-size": 4096})
+    assert cand["vars"]["sglang_extra_args"]["--speculative-num-steps"] == 2
+    assert sorted(got["classes"]) == ["nvidia_h200_x2_143771mib", "nvidia_rtx_pro_6000_x1_97887mib"]
+    assert got["class"] == {"name": "nvidia_rtx_pro_6000_x1_97887mib",
+                            "value": got["classes"]["nvidia_rtx_pro_6000_x1_97887mib"]}
+
+
+def test_a_bad_input_fails_naming_the_step_and_the_variable() -> None:
+    got = _step({"step": "plan", "slo": {"itl_p50_ms": "fast"}, "space": {"profiles": ["mtp"]}, "hosts": ["a"]})
+    assert got["failed"] and got["msg"].startswith("tune plan: sglang_tune_slo_itl_p50_ms: 'fast'")
+    with pytest.raises(AnsibleActionFail, match="step 'guess' is not one of plan, decide"):
+        _step({"step": "guess"})
+
+
+def test_the_steps_in_the_roles_order_choose_and_report(tmp_path: Path) -> None:
+    (cand,) = _step({"step": "plan", "slo": {}, "space": {"profiles": ["mtp_hicache"]}, "hosts": ["a"]})["candidates"]
+    probe = _sweep([_pt(*SEED_MTP_HICACHE[0])], 9)
+    decision = _step({"step": "decide", "probe": probe, "results": [], "levels": LEVELS, "slo": _tune.slo()})["decision"]
+    assert decision["action"] == "sweep" and decision["rest_levels"] == LEVELS[1:]
+    rest = _sweep([_pt(c, x) for c, x in SEED_MTP_HICACHE[1:]], 9)
+    record = _step({"step": "record", "candidate": cand, "slo": _tune.slo(), "plateau_gain": 0.05, "probe": probe,
+                    "rest": rest, "decision": decision})["record"]
+    failed = _step({"step": "record", "candidate": cand, "slo": _tune.slo(), "error": "it did not start"})["record"]
+    assert record["status"] == "swept" and failed["status"] == "failed"
+    (tmp_path / "host_vars" / "a").mkdir(parents=True)
+    (tmp_path / "host_vars" / "a" / "tuned.yml").write_text("# an earlier run\nsglang_tuned: {}\n")
+    info = {"class": "h200", "representative": "a", "hosts": ["a"], "run_id": "r1", "levels": LEVELS,
+            "vars_files": ["host_vars/a/tuned.yml"], "vars_dir": str(tmp_path), "write": True}
+    outcome = _step({"step": "outcome", "results": [record, failed], "slo": _tune.slo(), "info": info,
+                     "generated": "2026-12-02T00:00:00Z"})["outcome"]
+    assert outcome["fact"]["score_tok_s"] == 409.0 and outcome["fact"]["at_concurrency"] == 48
+    assert "replaces" in outcome["markdown"] or "replaced" in outcome["markdown"]  # the earlier file was read
+    files = _step({"step": "report", "outcomes": [outcome]})["files"]
+    assert sorted(files) == ["tune.csv", "tune.json", "tune.md"]
