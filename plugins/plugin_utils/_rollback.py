@@ -1,8 +1,8 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """A rollback on demand (playbooks/rollback.yml), from a host's manifest alone: no planning
-input, no download (controller side; the filter ``rollback_plan`` and the server role's
-``tasks_from: rollback.yml``).
+input, no download (controller side; the action ``server_rollout``'s steps ``rollback_plan``
+and ``rolled_back``, from the server role's ``tasks_from: rollback.yml``).
 
 The manifest keeps, per instance, ``previous``: the last configuration that served (argv,
 env digest, model revision, release), and the host keeps that configuration's files in each
@@ -16,7 +16,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import process_spec, wait_spec
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import (
+    idle_spec,
+    process_spec,
+    wait_spec,
+)
 
 
 class RollbackError(ValueError):
@@ -40,6 +44,7 @@ def plan(manifest: Mapping[str, Any] | None, running: Iterable[str], *, ready_ti
         inst["gpu_ids"] = list(record.get("gpus") or [])
         inst["wait"] = wait_spec(inst, manifest, settings, backend)
         inst["process"] = process_spec(inst)
+        inst["idle"] = idle_spec(inst)
         instances.append(inst)
         name = inst["name"]
         if wanted is not None and name not in wanted:

@@ -139,6 +139,12 @@ def process_spec(instance: Mapping[str, Any]) -> dict[str, Any]:
             "pid_file": paths["pid_file"], "log_file": paths["log_file"]}
 
 
+def idle_spec(instance: Mapping[str, Any]) -> dict[str, Any]:
+    """One entry of llmops.sglang.wait_idle's ``instances`` (a batch drained before it is
+    replaced): the instance's name and the URL it is reached at on its host."""
+    return {"name": instance["name"], "url": instance["connect_url"]}
+
+
 def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python: str,
                    install: bool, packages: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What llmops.sglang.preflight checks: every HTTP and NCCL port of the instances, the
@@ -190,6 +196,7 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
         inst["env"], inst["env_secrets"] = environment(inst, plan, settings, gpu_names)
         inst["wait"] = wait_spec(inst, plan, settings, backend)
         inst["process"] = process_spec(inst)
+        inst["idle"] = idle_spec(inst)
     user = _text(settings.get("user"))
     plan.update({
         "host": inputs.host,

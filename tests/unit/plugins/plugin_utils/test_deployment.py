@@ -1,10 +1,11 @@
-"""The server role's filters (plugins/filter/deploy.py) and the plan's wait and ready-time rules
-(plugin_utils/_plan) over module_utils/_deploy: controller-side, apart from the host-side tests
-in tests/unit/plugins/module_utils/test_deploy.py."""
+"""What a deploy does to a host's instances (plugin_utils/_deployment.py: diff, service records,
+manifest) and the plan's wait, idle and ready-time rules (plugin_utils/_plan) over
+module_utils/_deploy: controller-side, apart from the host-side tests in
+tests/unit/plugins/module_utils/test_deploy.py."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.filter import deploy as deploy_filters
 from ansible_collections.llmops.sglang.plugins.module_utils import _deploy
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _deployment
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import server as server_plan
 
 from ..module_utils.test_deploy import PLAN, _plan_instance
@@ -23,14 +24,14 @@ def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
     assert _deploy.ready_timeout(engine="sim", pin_seconds=0, time_scale=0.01) == int(600 * 0.01 + 30)
 
 
-def test_service_records_filter_and_wait_spec() -> None:
+def test_service_records_and_wait_and_idle_specs() -> None:
     services = {"results": [
         {"item": {"name": "gpu0"}, "changed": False, "pid": 77},
         {"item": {"name": "gpu1"}, "changed": True, "pid": 88},
         {"item": {"name": "gpu2"}, "changed": False, "status": {"MainPID": "99"}},  # systemd_service
         {"item": {"name": "gpu3"}, "skipped": True},
     ]}
-    rec = deploy_filters._service_records(services, ["gpu0"])
+    rec = _deployment.service_records(services, ["gpu0"])
     assert rec["gpu0"] == {"pid": 77, "started": True}
     assert rec["gpu1"] == {"pid": 88, "started": True}
     assert rec["gpu2"] == {"pid": 99, "started": False}
@@ -38,11 +39,11 @@ def test_service_records_filter_and_wait_spec() -> None:
     # systemd: a unit just started reports MainPID 0 in its start result; the query after it has the pid
     started = {"results": [{"item": {"name": "gpu0"}, "changed": True, "status": {"MainPID": "0"}}]}
     queried = {"results": [{"item": {"name": "gpu0"}, "changed": False, "status": {"MainPID": "4242"}}]}
-    assert deploy_filters._service_records(started, [], queried)["gpu0"] == {"pid": 4242, "started": True}
+    assert _deployment.service_records(started, [], queried)["gpu0"] == {"pid": 4242, "started": True}
     # the process backend's batch in one detached_service run (services): named by service
     batch = {"changed": True, "services": [{"name": "sglang-gpu0", "changed": False, "pid": 77},
                                            {"name": "sglang-gpu1", "changed": True, "pid": 88}]}
-    assert deploy_filters._service_records(batch, []) == {"gpu0": {"pid": 77, "started": False},
+    assert _deployment.service_records(batch, []) == {"gpu0": {"pid": 77, "started": False},
                                                           "gpu1": {"pid": 88, "started": True}}
     spec = server_plan.wait_spec(PLAN["instances"][1], PLAN, {"engine": "sglang"}, "process")
     assert spec["url"] == "http://127.0.0.1:30001"
@@ -52,13 +53,14 @@ def test_service_records_filter_and_wait_spec() -> None:
     assert server_plan.wait_spec(wild, PLAN, {}, "process")["url"] == "http://127.0.0.1:30000"
     unit = server_plan.wait_spec(PLAN["instances"][0], PLAN, {}, "systemd")
     assert unit["unit"] == "sglang@gpu0.service" and "pid_file" not in unit
+    assert server_plan.idle_spec(PLAN["instances"][1]) == {"name": "gpu1", "url": PLAN["instances"][1]["connect_url"]}
 
 
 def test_deployment_diff_says_what_to_restart_and_remove() -> None:
     previous = {"instances": [{"name": "gpu0"}, {"name": "gpu1"}, {"name": "gpu2", "unit": None}]}
-    diff = deploy_filters._deployment_diff(PLAN, previous, ["gpu1", "gpu1", "gpu9"])
+    diff = _deployment.diff(PLAN, previous, ["gpu1", "gpu1", "gpu9"])
     assert diff == {"restart": ["gpu1"], "remove": [{"name": "gpu2", "unit": None}], "keep": ["gpu0"]}
-    everything = deploy_filters._deployment_diff(PLAN, None, [], engine_changed=True)
+    everything = _deployment.diff(PLAN, None, [], engine_changed=True)
     assert everything == {"restart": ["gpu0", "gpu1"], "remove": [], "keep": []}
 
 
@@ -67,6 +69,22 @@ def test_a_live_instance_left_out_of_the_manifest_is_replaced_or_removed() -> No
     one restarts even though its script did not change, and an unplanned one is removed."""
     previous = {"instances": [{"name": "gpu0"}, {"name": "gpu1", "in_manifest": False},
                               {"name": "gpu2", "in_manifest": False}]}
-    diff = deploy_filters._deployment_diff(PLAN, previous, [])
+    diff = _deployment.diff(PLAN, previous, [])
     assert diff["restart"] == ["gpu1"] and diff["keep"] == ["gpu0"]
     assert [i["name"] for i in diff["remove"]] == ["gpu2"]
+
+
+def test_the_manifest_is_written_only_when_it_is_not_the_intact_one_read_when_planning() -> None:
+    services = {"gpu0": {"pid": 11, "started": True}, "gpu1": {"pid": 12, "started": True}}
+    ready = {"gpu0": {"ready_at": "2026-12-02T00:00:00Z", "waited_s": 3.0}}
+    plan = {**PLAN, "engine": "sim", "backend": "process", "python": "/v/bin/python", "previous": {}}
+    built = _deployment.manifest(plan, host="h1", services=services, ready=ready)
+    assert [i["name"] for i in built["instances"]] == ["gpu0", "gpu1"] and built["host"] == "h1"
+    assert built["instances"][0]["pid"] == 11 and built["engine"] == "sim" and built["service_manager"] == "process"
+    assert _deployment.must_write(plan, built)
+    # a no-change re-run: the same records, the manifest read when planning intact and equal
+    again = {**plan, "previous": built, "previous_intact": True}
+    same = _deployment.manifest(again, host="h1", services={k: {**v, "started": False} for k, v in services.items()},
+                                ready={})
+    assert same == built and not _deployment.must_write(again, same)
+    assert _deployment.must_write({**again, "previous_intact": False}, same)

@@ -1,0 +1,109 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""Action llmops.sglang.server_rollout: one step of a host's rollout, on the controller
+(documentation: plugins/modules/server_rollout.py; the rules: plugin_utils/_deployment.py,
+_rollout.py and _rollback.py).
+
+Why an action: each step is a decision made from the plan the server role already has and the
+results of the tasks before it (the files written, the services started, the readiness waits);
+only the manifest's write runs on the host (``llmops.sglang.server_files``), and only when there
+is something to write."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _deployment, _rollback
+from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import RolloutError, rollout_batches
+
+STEPS = ("batches", "records", "manifest", "rollback_plan", "rolled_back")
+
+
+def _plan(args: Mapping[str, Any]) -> dict[str, Any]:
+    plan = args.get("plan")
+    if not isinstance(plan, Mapping) or not isinstance(plan.get("instances"), list):
+        raise AnsibleActionFail("plan must be the server role's plan (a dict with instances)")
+    return dict(plan)
+
+
+def batches(args: Mapping[str, Any]) -> dict[str, Any]:
+    """What restarts, what goes, what stays (against ``previous``), and the batches."""
+    plan = _plan(args)
+    change = _deployment.diff(plan, args.get("previous") or None, args.get("restart") or [],
+                              bool(args.get("engine_changed", False)))
+    found, warnings = rollout_batches(plan, change["restart"], list(args.get("running") or plan.get("running") or []),
+                                      policy=str(args.get("policy") or "parallel"), routed=bool(args.get("routed")),
+                                      at_once=int(args.get("at_once") or 1), canary=int(args.get("canary") or 0),
+                                      canary_s=float(args.get("canary_s") or 0), guard_s=float(args.get("guard_s") or 0),
+                                      canary_alone=bool(args.get("canary_alone", True)))
+    if args.get("replaced_only"):
+        found = [b for b in found if b.get("restart")]
+    return {"diff": change, "batches": found, "warnings": warnings}
+
+
+def records(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The batch's services: name -> {pid, started}, and the names (re)started."""
+    recs = _deployment.service_records(args.get("start") or {}, args.get("restart") or [], args.get("units") or {})
+    return {"records": recs, "started": [name for name, rec in recs.items() if rec["started"]]}
+
+
+class ActionModule(ActionBase):
+    """Run the named step; the manifest steps write it on the host when it changed."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("step", "plan", "previous", "restart", "engine_changed", "running", "policy", "routed",
+                             "at_once", "canary", "canary_s", "guard_s", "canary_alone", "replaced_only", "start",
+                             "units", "host", "services", "ready", "restored", "manifest", "ready_timeout",
+                             "time_scale", "only"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        step = args.get("step")
+        if step not in STEPS:
+            raise AnsibleActionFail(f"step {step!r} is not one of {', '.join(STEPS)}")
+        try:
+            if step == "batches":
+                out = batches(args)
+            elif step == "records":
+                out = records(args)
+            elif step == "rollback_plan":
+                out = {"plan": _rollback.plan(args.get("manifest") or None, list(args.get("running") or []),
+                                              ready_timeout=args.get("ready_timeout", 0),
+                                              time_scale=args.get("time_scale", 1.0),
+                                              only=args.get("only") if args.get("only") else None)}
+            else:
+                return {**result, **self._manifest(step, args, task_vars)}
+        except (RolloutError, _rollback.RollbackError) as err:
+            return {**result, "failed": True, "changed": False, "msg": f"{step}: {err}"}
+        except (KeyError, TypeError, ValueError) as err:
+            return {**result, "failed": True, "changed": False, "msg": f"{step}: malformed plan or results: {err}"}
+        result.update(changed=False, **out)
+        return result
+
+    def _manifest(self, step: str, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        """Build the manifest (``manifest``: from the plan; ``rolled_back``: the previous one with
+        the restored instances back), then write it with server_files when it must be."""
+        plan = _plan(args)
+        restored = list(args.get("restored") or [])
+        if step == "manifest":
+            built = _deployment.manifest(plan, host=str(args.get("host") or task_vars.get("inventory_hostname")),
+                                         services=args.get("services"), ready=args.get("ready"), restored=restored)
+            write = _deployment.must_write(plan, built)
+        else:
+            built = _rollback.rolled_back(plan.get("previous") or {}, restored, dict(args.get("services") or {}),
+                                          dict(args.get("ready") or {}))
+            write = bool(restored)
+        out: dict[str, Any] = {"manifest": built, "written": False, "changed": False}
+        if write:
+            wrote = self._execute_module(module_name="llmops.sglang.server_files",
+                                         module_args={"manifest_path": plan["manifest_path"], "manifest": built},
+                                         task_vars=task_vars)
+            if wrote.get("failed"):
+                return {**wrote, "manifest": built}
+            out.update(written=True, changed=bool(wrote.get("changed")))
+        return out
