@@ -192,7 +192,9 @@ written:
   returned: V(manifest), V(rolled_back)
   type: bool
 plan:
-  description: V(rollback_plan) - C(backend), C(engine), C(python), C(base_dir), C(manifest_path), C(previous), C(running), C(instances), C(targets), C(not_targets), C(summary).
+  description:
+    - V(rollback_plan) - C(backend), C(engine), C(python), C(base_dir), C(manifest_path), C(previous),
+      C(running), C(instances), C(targets), C(not_targets), C(summary).
   returned: V(rollback_plan)
   type: dict
 """

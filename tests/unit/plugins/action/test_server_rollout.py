@@ -72,8 +72,8 @@ def test_rollback_plan_and_rolled_back_manifest() -> None:
          "previous": {"argv": ["--old"], "env_digest": "d", "release": "0.5.17"}}]}
     got, _ = _step({"step": "rollback_plan", "manifest": manifest, "running": ["gpu0"], "only": []})
     plan = got["plan"]
-    assert plan["targets"] == ["gpu0"] and plan["instances"][0]["idle"] == {"name": "gpu0",
-                                                                          "url": "http://127.0.0.1:30000"}
+    assert plan["targets"] == ["gpu0"]
+    assert plan["instances"][0]["idle"] == {"name": "gpu0", "url": "http://127.0.0.1:30000"}
     back, calls = _step({"step": "rolled_back", "plan": plan, "restored": ["gpu0"],
                          "services": {"gpu0": {"pid": 5, "started": True}}, "ready": {}})
     assert back["manifest"]["instances"][0]["argv"] == ["--old"] and back["manifest"]["instances"][0]["pid"] == 5

@@ -31,8 +31,8 @@ def _step(args: dict[str, Any], host: str = "a") -> dict[str, Any]:
 
 
 def test_plan_gives_the_objective_candidates_with_their_variables_and_this_hosts_class() -> None:
-    got = _step({"step": "plan", "slo": {"ttft_p99_ms": 0, "itl_p50_ms": 0, "concurrency": 0, "score": "throughput",
-                                          "target_rps": 0},
+    slo = {"ttft_p99_ms": 0, "itl_p50_ms": 0, "concurrency": 0, "score": "throughput", "target_rps": 0}
+    got = _step({"step": "plan", "slo": slo,
                  "space": {"profiles": ["mtp_hicache"], "speculative": [{"steps": 2, "draft_tokens": 3}]},
                  "extra_args": {"--chunked-prefill-size": 4096}, "hosts": ["a", "b", "c"], "class_groups": []}, host="c")
     assert got["slo"] == _tune.slo() and not got.get("failed")

@@ -44,7 +44,7 @@ def test_service_records_and_wait_and_idle_specs() -> None:
     batch = {"changed": True, "services": [{"name": "sglang-gpu0", "changed": False, "pid": 77},
                                            {"name": "sglang-gpu1", "changed": True, "pid": 88}]}
     assert _deployment.service_records(batch, []) == {"gpu0": {"pid": 77, "started": False},
-                                                          "gpu1": {"pid": 88, "started": True}}
+                                                      "gpu1": {"pid": 88, "started": True}}
     spec = server_plan.wait_spec(PLAN["instances"][1], PLAN, {"engine": "sglang"}, "process")
     assert spec["url"] == "http://127.0.0.1:30001"
     assert spec["pid_file"] == "/b/gpu1/server.pid" and spec["log_file"] == "/b/gpu1/server.log"

@@ -403,8 +403,8 @@ def test_module_takes_the_roles_host_entries_and_answers_capacity_and_failures(
     hicache["slo"] = mtp["slo"] = {"ttft_p99_ms": 1000.0}
     mtp["points"] = [dict(p, slo_met=p["concurrency"] <= 1) for p in mtp["points"]]  # C=1 of C=1, 4
     hicache["points"] = [dict(p, slo_met=True) for p in hicache["points"]]
-    hicache["points"][0].update(ok=hicache["points"][0]["requests"] - 1, status="errors",
-                                 errors={"total": 1, "timeout": 1})
+    first = hicache["points"][0]
+    first.update(ok=first["requests"] - 1, status="errors", errors={"total": 1, "timeout": 1})
     manifest = {"profile": "mtp", "release": "0.5.17", "engine": "sim",
                 "instances": [{"name": "gpu0", "gpus": [0]}, {"name": "gpu1", "gpus": [1]}]}
     h200 = {"gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771}] * 2}
