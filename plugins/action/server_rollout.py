@@ -14,12 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _deployment, _rollback
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import RolloutError, rollout_batches
-
-STEPS = ("batches", "records", "manifest", "rollback_plan", "rolled_back")
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import StepAction
 
 
 def _plan(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,7 +39,8 @@ def batches(args: Mapping[str, Any]) -> dict[str, Any]:
                                       canary_alone=bool(args.get("canary_alone", True)))
     if args.get("replaced_only"):
         found = [b for b in found if b.get("restart")]
-    return {"diff": change, "batches": found, "warnings": warnings}
+    # not "warnings": Ansible takes that key of a result as the task's own warnings
+    return {"diff": change, "batches": found, "rollout_warnings": warnings}
 
 
 def records(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,40 +49,32 @@ def records(args: Mapping[str, Any]) -> dict[str, Any]:
     return {"records": recs, "started": [name for name, rec in recs.items() if rec["started"]]}
 
 
-class ActionModule(ActionBase):
+class ActionModule(StepAction):
     """Run the named step; the manifest steps write it on the host when it changed."""
 
-    TRANSFERS_FILES = False
+    STEPS = ("batches", "records", "manifest", "rollback_plan", "rolled_back")
+    ERRORS = (RolloutError, _rollback.RollbackError, KeyError, TypeError, ValueError)
     _VALID_ARGS = frozenset(("step", "plan", "previous", "restart", "engine_changed", "running", "policy", "routed",
                              "at_once", "canary", "canary_s", "guard_s", "canary_alone", "replaced_only", "start",
                              "units", "host", "services", "ready", "restored", "manifest", "ready_timeout",
                              "time_scale", "only"))
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self._task.args
-        step = args.get("step")
-        if step not in STEPS:
-            raise AnsibleActionFail(f"step {step!r} is not one of {', '.join(STEPS)}")
-        try:
-            if step == "batches":
-                out = batches(args)
-            elif step == "records":
-                out = records(args)
-            elif step == "rollback_plan":
-                out = {"plan": _rollback.plan(args.get("manifest") or None, list(args.get("running") or []),
-                                              ready_timeout=args.get("ready_timeout", 0),
-                                              time_scale=args.get("time_scale", 1.0),
-                                              only=args.get("only") if args.get("only") else None)}
-            else:
-                return {**result, **self._manifest(step, args, task_vars)}
-        except (RolloutError, _rollback.RollbackError) as err:
-            return {**result, "failed": True, "changed": False, "msg": f"{step}: {err}"}
-        except (KeyError, TypeError, ValueError) as err:
-            return {**result, "failed": True, "changed": False, "msg": f"{step}: malformed plan or results: {err}"}
-        result.update(changed=False, **out)
-        return result
+    def step_batches(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return batches(args)
+
+    def step_records(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return records(args)
+
+    def step_rollback_plan(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return {"plan": _rollback.plan(args.get("manifest") or None, list(args.get("running") or []),
+                                       ready_timeout=args.get("ready_timeout", 0), time_scale=args.get("time_scale", 1.0),
+                                       only=args.get("only") if args.get("only") else None)}
+
+    def step_manifest(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return self._manifest("manifest", args, task_vars)
+
+    def step_rolled_back(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return self._manifest("rolled_back", args, task_vars)
 
     def _manifest(self, step: str, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         """Build the manifest (``manifest``: from the plan; ``rolled_back``: the previous one with

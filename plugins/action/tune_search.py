@@ -14,10 +14,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune, _tunereport
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import StepAction
 
 SLO_KEYS = ("ttft_p99_ms", "itl_p50_ms", "concurrency", "score", "target_rps")
 
@@ -87,31 +85,28 @@ def report(args: Mapping[str, Any]) -> dict[str, Any]:
     return {"files": _tunereport.report_files([o for o in args.get("outcomes") or [] if isinstance(o, Mapping)])}
 
 
-STEPS = ("plan", "decide", "record", "outcome", "report")
-
-
-class ActionModule(ActionBase):
+class ActionModule(StepAction):
     """Run the named step of the search on the controller."""
 
-    TRANSFERS_FILES = False
+    STEPS = ("plan", "decide", "record", "outcome", "report")
+    ERRORS = (_tune.TuneError,)
+    LABEL = "tune "
     _VALID_ARGS = frozenset(("step", "slo", "space", "profiles", "extra_args", "hosts", "class_groups", "vars_dir",
                              "probe", "results", "levels", "candidate", "plateau_gain", "rest", "decision", "error",
                              "info", "generated", "outcomes"))
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self._task.args
-        step = args.get("step")
-        if step not in STEPS:
-            raise AnsibleActionFail(f"step {step!r} is not one of {', '.join(STEPS)}")
-        try:
-            if step == "plan":
-                out = plan(args, str(task_vars.get("inventory_hostname")), task_vars.get("hostvars") or {},
-                           task_vars.get("groups") or {})
-            else:
-                out = {"decide": decide, "record": record, "outcome": outcome, "report": report}[step](args)
-        except _tune.TuneError as exc:
-            return {**result, "failed": True, "changed": False, "msg": f"tune {step}: {exc}"}
-        result.update(changed=False, **out)
-        return result
+    def step_plan(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return plan(args, str(task_vars.get("inventory_hostname")), task_vars.get("hostvars") or {},
+                    task_vars.get("groups") or {})
+
+    def step_decide(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return decide(args)
+
+    def step_record(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return record(args)
+
+    def step_outcome(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return outcome(args)
+
+    def step_report(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return report(args)

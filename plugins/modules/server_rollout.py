@@ -169,7 +169,7 @@ batches:
   returned: V(batches)
   type: list
   elements: dict
-warnings:
+rollout_warnings:
   description: V(batches) - what the batches could not do as asked (a canary that was not made, and why).
   returned: V(batches)
   type: list

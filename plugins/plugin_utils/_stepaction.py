@@ -1,0 +1,35 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""The shape of an action whose task names a step (``server_rollout``, ``tune_search``): the step
+checked against the action's ``STEPS``, run as its method ``step_<name>(args, task_vars)``, and
+the errors the rules raise for bad input turned into a failed task that names the step."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+
+class StepAction(ActionBase):
+    """Run the task's ``step``; nothing runs on the host unless a step asks for it."""
+
+    TRANSFERS_FILES = False
+    STEPS: tuple[str, ...] = ()
+    # the rules' errors for bad input: a failed task, not a traceback
+    ERRORS: tuple[type[Exception], ...] = ()
+    # what a failure's message starts with, before the step's name
+    LABEL = ""
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        args: Mapping[str, Any] = self._task.args
+        step = args.get("step")
+        if step not in self.STEPS:
+            raise AnsibleActionFail(f"step {step!r} is not one of {', '.join(self.STEPS)}")
+        try:
+            out = getattr(self, f"step_{step}")(args, task_vars or {})
+        except self.ERRORS as err:
+            return {**result, "failed": True, "changed": False, "msg": f"{self.LABEL}{step}: {err}"}
+        return {**result, "changed": False, **out}
