@@ -1,6 +1,8 @@
 """Drift within a level (module_utils/_sweep/drift.py)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _report
@@ -49,4 +51,6 @@ def test_a_level_whose_server_slows_down_is_flagged(server: str) -> None:
     assert drift["ratio"] < 0.85 and drift["second_half_tok_s"] < drift["first_half_tok_s"]
     assert any("throughput changed within the level" in w for w in facts["warnings"])
     table = _report.render_table(facts)
-    assert "| 1~ | 8 | 8 | 0 |" in table
+    # the drift mark (~); on a loaded machine the level may also be marked client-limited (*),
+    # which is the client's own verdict on itself, not the drift under test (run G2 of .ci/run)
+    assert re.search(r"\| 1\*?~ \| 8 \| 8 \| 0 \|", table), table
