@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune
+
 from .conftest import ROOT, Deployment, cleanup, free_port_block
 
 pytestmark = pytest.mark.integration
@@ -108,15 +110,22 @@ def test_tune_scored_by_capacity_ranks_requests_per_second_within_the_slo(tmp_pa
         fact = outcome["fact"]
         assert fact["scored_by"] == "capacity" and fact["score_unit"] == "req/s" and fact["target_rps"] == 5
         winner = {r["candidate"]["label"]: r for r in outcome["results"]}[fact["candidate"]]
+
         # the score is the req/s of the winner's best level within the SLO, and that level met it;
         # only levels that speak for the server count: no failed request, the client not the limit
         # (on a loaded machine the client is the limit from some level on: beside a busy loop the
         # levels C >= 8 were client-limited and C=4 scored, as the rule says)
+        # The TTFT p99 that decides is the rule's (_tune.latency): the client's where the sweep could
+        # measure it, else the upper bound of the server's own histogram bucket (a starved client's
+        # p99 is marked not measurable: a niced run beside a loaded .ci/run measured 112 s there)
+        def ttft_p99(point: dict) -> float | None:
+            return _tune.latency(point, "ttft_ms", "p99")[0]
+
         level = next(p for p in winner["sweep"]["points"] if p["concurrency"] == fact["at_concurrency"])
-        assert fact["score"] == pytest.approx(level["req_s"]) and level["ttft_ms"]["p99"] <= 60000
+        assert fact["score"] == pytest.approx(level["req_s"]) and (ttft_p99(level) or math.inf) <= 60000
         assert not level.get("client_limited") and level["errors"]["total"] == 0
         server_levels = [p for p in winner["sweep"]["points"] if not p.get("client_limited") and p["errors"]["total"] == 0]
-        assert fact["score"] == max(p["req_s"] for p in server_levels if p["ttft_ms"]["p99"] <= 60000)
+        assert fact["score"] == max(p["req_s"] for p in server_levels if (ttft_p99(p) or math.inf) <= 60000)
         assert fact["instances_needed"] == math.ceil(5 / fact["score"] - 1e-9)
         for label, why in outcome["choice"]["why"].items():
             assert why.startswith(("lower req/s per instance within the SLO", "pruned")), (label, why)
