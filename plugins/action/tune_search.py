@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._defaults import SWEEP
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune, _tunereport
 from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import StepAction
 
@@ -57,7 +58,7 @@ def decide(args: Mapping[str, Any]) -> dict[str, Any]:
 def record(args: Mapping[str, Any]) -> dict[str, Any]:
     """One candidate's record for the search's results (swept, pruned or failed)."""
     return {"record": _tune.result(dict(args.get("candidate") or {}), dict(args.get("slo") or {}),
-                                   float(args.get("plateau_gain", 0.05)), args.get("probe") or None,
+                                   float(args.get("plateau_gain", SWEEP["plateau_gain"])), args.get("probe") or None,
                                    args.get("rest") or None, args.get("decision") or None, str(args.get("error") or ""))}
 
 

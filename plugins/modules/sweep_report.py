@@ -230,17 +230,22 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report import (
 from ansible_collections.llmops.sglang.plugins.module_utils._reportsdir import fallback_root
 
 
-def _fallback(module: AnsibleModule, results: list[dict[str, Any]], out_dir: str, run_id: str, exc: OSError) -> None:
-    """The report's folder failed after the sweeps: write the finished measurement elsewhere
-    (``_reportsdir.fallback_root()``) and fail saying where, so nothing measured is lost."""
+def _fallback(module: AnsibleModule, results: list[dict[str, Any]], out_dir: str, run_id: str, exc: OSError,
+              answer: dict[str, Any]) -> None:
+    """The report's folder failed after the sweeps: write the finished measurement (and the
+    capacity answer) elsewhere (``_reportsdir.fallback_root()``) and fail saying where, so
+    nothing measured is lost."""
     where = os.path.join(fallback_root(), run_id)
     try:
         report = write_report(results, where, title=module.params["title"], latest_link=False)
+        if answer:
+            _write_capacity(report, answer)
     except OSError as again:
         module.fail_json(msg=f"could not write the report under {out_dir}: {exc}; nor under {where}: {again}")
     module.fail_json(msg=f"could not write the report under {out_dir}: {exc}. The finished measurement was written "
                          f"to {report['dir']} instead: copy it from there, and set sglang_bench_reports_dir to a "
-                         "folder this user can write", report_warnings=report.pop("warnings"), fallback=True, **report)
+                         "folder this user can write", report_warnings=report.pop("warnings"), fallback=True,
+                     **answer, **report)
 
 
 def _failures(items: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -315,7 +320,7 @@ def main() -> None:
         if answer:
             _write_capacity(report, answer)
     except OSError as exc:
-        _fallback(module, items, out_dir, run_id, exc)
+        _fallback(module, items, out_dir, run_id, exc, answer)
     report_warnings = report.pop("warnings")
     for warning in report_warnings:
         module.warn(warning)

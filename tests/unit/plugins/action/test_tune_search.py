@@ -71,3 +71,22 @@ def test_the_steps_in_the_roles_order_choose_and_report(tmp_path: Path) -> None:
     assert "replaces" in outcome["markdown"] or "replaced" in outcome["markdown"]  # the earlier file was read
     files = _step({"step": "report", "outcomes": [outcome]})["files"]
     assert sorted(files) == ["tune.csv", "tune.json", "tune.md"]
+
+
+def test_the_plateau_gain_default_is_the_sweeps_owner_and_documented_so() -> None:
+    import yaml
+
+    from ansible_collections.llmops.sglang.plugins.module_utils._defaults import SWEEP
+    from ansible_collections.llmops.sglang.plugins.modules import tune_search as doc
+
+    documented = yaml.safe_load(doc.DOCUMENTATION)["options"]["plateau_gain"]["default"]
+    assert documented == SWEEP["plateau_gain"]
+    cand = {"label": "c", "profile": "baseline"}
+    probe = _sweep([_pt(1, 100.0)], 4)
+    rest = _sweep([_pt(c, x) for c, x in [(4, 300.0), (8, 310.0)]], 4)  # +3%: a plateau at the default gain
+    decision = {"action": "sweep", "rest_levels": [4, 8]}
+    implicit = _step({"step": "record", "candidate": cand, "slo": _tune.slo(), "probe": probe, "rest": rest,
+                      "decision": decision})["record"]
+    explicit = _step({"step": "record", "candidate": cand, "slo": _tune.slo(), "probe": probe, "rest": rest,
+                      "decision": decision, "plateau_gain": SWEEP["plateau_gain"]})["record"]
+    assert implicit == explicit

@@ -428,6 +428,21 @@ def test_module_takes_the_roles_host_entries_and_answers_capacity_and_failures(
     assert not (tmp_path / "check" / "reports").exists()
 
 
+
+def test_a_report_folder_that_fails_keeps_the_capacity_answer_beside_the_measurement(
+        results: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = dict(results[1]["sweep"], slo={"ttft_p99_ms": 1000.0})
+    sweep["points"] = [dict(p, slo_met=True) for p in sweep["points"]]
+    entries = [{"host": "node1", "manifest": {"profile": "mtp", "instances": [{"name": "gpu1"}]}, "sweeps": {"gpu1": sweep}}]
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "reports").write_text("a file where the reports folder should be\n")
+    proc = run_playbook(tmp_path, entries, options={"capacity_target_rps": 10})
+    assert proc.returncode != 0 and "The finished measurement was written to" in proc.stdout, proc.stdout
+    kept = tmp_path / "home" / ".ansible" / "llmops.sglang" / "reports" / RUN_ID
+    assert (kept / "capacity.md").read_text(encoding="utf-8").startswith("# Capacity")
+    assert (kept / "node1_gpu1_mtp.json").is_file()
+
+
 def test_module_doc() -> None:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "llmops.sglang.sweep_report"], cwd=ROOT, env=env,
