@@ -428,7 +428,6 @@ def test_module_takes_the_roles_host_entries_and_answers_capacity_and_failures(
     assert not (tmp_path / "check" / "reports").exists()
 
 
-
 def test_a_report_folder_that_fails_keeps_the_capacity_answer_beside_the_measurement(
         results: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sweep = dict(results[1]["sweep"], slo={"ttft_p99_ms": 1000.0})
