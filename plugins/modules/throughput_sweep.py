@@ -568,14 +568,20 @@ ansible_facts:
             client_limited:
               description:
                 - True when the client was the bottleneck, C(client.cpu_util >= 0.85) or
-                  C(client.loop_lag_ms_p99 >= 20). Such levels are left out of peak and knee.
+                  C(client.loop_lag_own_ms_p99 >= 20) (C(client.loop_lag_ms_p99) where the kernel
+                  has no run-queue figures). Such levels are left out of peak and knee.
+                - A busy machine is not a saturated client, so the lag that judges leaves out the
+                  time the client waited for a CPU other processes held.
                 - Judged on levels without failed requests only (false otherwise); failed requests
                   end at once and leave a short, busy level, which says nothing about the client.
               type: bool
             client:
               description:
                 - C(loop_lag_ms_p99), p99 of how late a 10 ms ticker task ran on the event loop;
-                  C(cpu_util), process CPU time / wall time over the level (1.0 = one core busy).
+                  C(loop_lag_own_ms_p99), the same less each tick's wait on the run queue
+                  (Linux C(/proc/thread-self/schedstat); null where there is none): the lateness
+                  the client's own work caused; C(cpu_util), process CPU time / wall time over the
+                  level (1.0 = one core busy).
                 - With several client processes, the worst process's figures (each is one event
                   loop on at most one core).
               type: dict

@@ -358,12 +358,22 @@ def bound(probe: Mapping[str, Any], levels: Sequence[int], objective: Mapping[st
                                   f"(min(running {running if running else '?'}, C<={top}))"}
 
 
+def client_limited_only(points: Sequence[Mapping[str, Any]]) -> bool:
+    """Levels whose every request succeeded, left out only because the client was the limit."""
+    return bool(points) and all(clean(dict(p)) and (p.get("output_tok_s") or 0) > 0 and p.get("client_limited")
+                                for p in points)
+
+
 def decide(probe: Mapping[str, Any], levels: Sequence[int], objective: Mapping[str, Any],
            best: Mapping[str, Any] | None) -> dict[str, Any]:
     """After a candidate's lowest level: sweep the rest, or prune it (with the reason)."""
     b = bound(probe, levels, objective)
     points = usable(probe.get("points") or [])
     if b["tok_s"] is None:
+        if client_limited_only(probe.get("points") or []):
+            # what only the client limited bounds nothing: the server served every request
+            return {"action": "sweep", "bound": {**b, "reason": "no bound: the client was the limit at its lowest level"},
+                    "reason": ""}
         return {"action": "prune", "bound": b, "reason": f"pruned: {b['reason']}"}
     if objective.get("active"):
         ok, why = level_meets(points[0], objective)

@@ -29,27 +29,55 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+_GIVEN: set[int] = set()  # every port this test process handed out (HTTP and NCCL)
+_CURSOR: list[int] = []  # where this process's next block is looked for
+
+
+def _worker_span() -> tuple[int, int]:
+    """This pytest-xdist worker's own slice of the ports below the ephemeral range: the workers
+    of one run never hand out the same port (two random blocks did collide: a router's
+    Prometheus port on the next test's gpu1, "address already in use")."""
+    low, _ = _ephemeral_range()
+    top = max(low - 1, 10001)
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    size = max((top - 10000) // count, 1)
+    return 10000 + index * size, 10000 + (index + 1) * size
+
+
 def free_port_block(count: int) -> int:
     """A base port with `count` consecutive free ports (and base + 1000 ... for NCCL), below
     the kernel's ephemeral range: a sweep's thousands of client connections (and their
-    TIME-WAIT) live in that range and would make a port there unbindable at random. Probed
-    with SO_REUSEADDR, as the servers bind."""
-    low, _ = _ephemeral_range()
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(10000, max(low - 1000 - count, 10001))
-        ok = True
-        for port in list(range(base, base + count)) + list(range(base + 1000, base + 1000 + count)):
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block")
+    TIME-WAIT) live in that range and would make a port there unbindable at random. Each
+    xdist worker takes blocks from its own slice, never one this process handed out before,
+    and probes each port with SO_REUSEADDR, as the servers bind (another program may hold it)."""
+    start, end = _worker_span()
+    last = end - 1000 - count  # the block's NCCL ports stay inside the slice too
+    if last <= start:
+        raise RuntimeError(f"no room for a block of {count} ports in {start}..{end}")
+    if not _CURSOR:  # a random start, so two runs side by side seldom probe the same ports
+        _CURSOR.append(random.randrange(start, start + max((last - start) // 2, 1)))
+    for _ in range(last - start):
+        base = _CURSOR[0]
+        _CURSOR[0] = base + 1 if base + 1 < last else start
+        ports = list(range(base, base + count)) + list(range(base + 1000, base + 1000 + count))
+        if _GIVEN.intersection(ports) or not all(_bindable(port) for port in ports):
+            continue
+        _GIVEN.update(ports)
+        _CURSOR[0] = base + count if base + count < last else start
+        return base
+    raise RuntimeError(f"no free block of {count} ports in {start}..{end}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass

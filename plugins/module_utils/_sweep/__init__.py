@@ -125,6 +125,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.level import 
     Health,
     LevelRun,
     LevelShare,
+    run_delay_s,
     run_level,
     warmup_level_tokens,
 )
@@ -153,6 +154,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.streams impor
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.summary import (  # noqa: F401
     client_limited,
     count_errors,
+    judged_lag,
     level_status,
     summarize_level,
     summarize_warmup,

@@ -16,12 +16,28 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import Workload, render_chat
 
+SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def run_delay_s(path: str = SCHEDSTAT) -> float | None:
+    """Seconds this thread has waited on a run queue (runnable, but another process had the
+    CPU) since it started: Linux's schedstat, second field; None where there is none."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
 
 class Health:
-    """Event-loop lag (a 10 ms ticker) and process CPU time over a level."""
+    """Event-loop lag (a 10 ms ticker) and process CPU time over a level. Each tick's lag is
+    also kept without the time the thread waited for a CPU that other processes held
+    (``run_delay_s``): what the client's own work delayed, which a busy machine cannot move."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_delay=run_delay_s) -> None:
         self.lags: list[float] = []
+        self.own_lags: list[float] | None = []
+        self._run_delay = run_delay
         self._task: asyncio.Task[None] | None = None
         self._cpu0 = 0.0
         self._wall0 = 0.0
@@ -30,10 +46,21 @@ class Health:
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         due = loop.time() + TICK_S
+        waited = self._run_delay()
+        if waited is None:
+            self.own_lags = None
         while True:
             await asyncio.sleep(max(0.0, due - loop.time()))
             now = loop.time()
-            self.lags.append(max(0.0, now - due))
+            lag = max(0.0, now - due)
+            self.lags.append(lag)
+            if waited is not None:
+                later = self._run_delay()
+                if later is None:
+                    self.own_lags, waited = None, None
+                else:
+                    self.own_lags.append(max(0.0, lag - max(0.0, later - waited)))
+                    waited = later
             due = now + TICK_S
 
     def start(self) -> None:
@@ -52,6 +79,12 @@ class Health:
     @property
     def lag_ms_p99(self) -> float | None:
         value = percentile(self.lags, 99)
+        return None if value is None else round(value * 1000.0, 3)
+
+    @property
+    def own_lag_ms_p99(self) -> float | None:
+        """The lag p99 less the run-queue waits; None where the kernel does not tell them."""
+        value = percentile(self.own_lags, 99) if self.own_lags else None
         return None if value is None else round(value * 1000.0, 3)
 
 

@@ -27,11 +27,19 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import 
 
 def client_limited(loop_lag_ms_p99: float | None, cpu_util: float | None) -> bool:
     """The client limited the level when its event loop used >= CLIENT_CPU_LIMIT of a core or
-    ran its 10 ms ticks >= CLIENT_LAG_LIMIT_MS late at p99."""
+    ran its 10 ms ticks >= CLIENT_LAG_LIMIT_MS late at p99 (the lag its own work caused where
+    the kernel tells the run-queue waits apart: ``judged_lag``)."""
     return bool(
         (cpu_util is not None and cpu_util >= CLIENT_CPU_LIMIT)
         or (loop_lag_ms_p99 is not None and loop_lag_ms_p99 >= CLIENT_LAG_LIMIT_MS)
     )
+
+
+def judged_lag(health: Any) -> float | None:
+    """The lag p99 that judges the client: without the waits for a CPU other processes held
+    (a busy machine is not a saturated client) where known, else the wall-clock lag."""
+    own = health.own_lag_ms_p99
+    return own if own is not None else health.lag_ms_p99
 
 
 def count_errors(traces: Iterable[Trace]) -> tuple[dict[str, int], list[str]]:
@@ -138,8 +146,9 @@ def summarize_level(run: LevelRun, short_is_error: bool = True) -> dict[str, Any
         "level_timed_out": run.timed_out,
         # judged on clean levels only: failed requests end at once and make a busy, short level
         # (a dead server is not a saturated client); the health numbers stay in "client"
-        "client_limited": status == "ok" and client_limited(lag, cpu),
-        "client": {"loop_lag_ms_p99": lag, "cpu_util": cpu},
+        "client_limited": status == "ok" and client_limited(judged_lag(run.health), cpu),
+        "client": {"loop_lag_ms_p99": lag, "loop_lag_own_ms_p99": run.health.own_lag_ms_p99,
+                   "cpu_util": cpu},
         "gain_per_doubling": None,
         "drift": drift,
         "level_warmup": None,

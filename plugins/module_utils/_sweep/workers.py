@@ -136,6 +136,7 @@ class ProcessPart:
     t_start: float
     t_end: float
     timed_out: bool
+    own_lag_ms_p99: float | None = None
 
 
 def _merged_health(parts: Sequence[ProcessPart]) -> Any:
@@ -146,6 +147,11 @@ def _merged_health(parts: Sequence[ProcessPart]) -> Any:
         def lag_ms_p99(self) -> float | None:
             lags = [p.lag_ms_p99 for p in parts if p.lag_ms_p99 is not None]
             return max(lags) if lags else None
+
+        @property
+        def own_lag_ms_p99(self) -> float | None:
+            lags = [p.own_lag_ms_p99 for p in parts]
+            return max(lags) if lags and None not in lags else None
 
     health = _Merged()
     cpus = [p.cpu_util for p in parts if p.cpu_util is not None]
@@ -231,7 +237,7 @@ async def _serve(message: tuple[Any, ...], client: Any, probe: Any) -> tuple[Any
                               list(client.opts.prompts or DEFAULT_PROMPTS), share=share)
         return seq, "ok", {
             "traces": [to_wire(t) for t in run.traces], "lag_ms_p99": run.health.lag_ms_p99,
-            "cpu_util": run.health.cpu_util, "t_start": run.t_start, "t_end": run.t_end,
+            "own_lag_ms_p99": run.health.own_lag_ms_p99, "cpu_util": run.health.cpu_util, "t_start": run.t_start, "t_end": run.t_end,
             "timed_out": run.timed_out,
         }
     except Exception:  # noqa: BLE001 - any failure goes back to the parent, which fails the sweep
@@ -330,7 +336,7 @@ class ClientPool:
                                   deadline + ANSWER_GRACE_S, f"during C={concurrency}")
         parts = [ProcessPart(traces=[from_wire(w) for w in a["traces"]], lag_ms_p99=a["lag_ms_p99"],
                              cpu_util=a["cpu_util"], t_start=a["t_start"], t_end=a["t_end"],
-                             timed_out=a["timed_out"]) for a in answers]
+                             timed_out=a["timed_out"], own_lag_ms_p99=a.get("own_lag_ms_p99")) for a in answers]
         return merge_runs(level, concurrency, parts)
 
     def close(self) -> None:

@@ -209,6 +209,21 @@ def test_slo_prunes_a_candidate_that_violates_it_alone() -> None:
     assert _tune.rest_levels(LEVELS, _tune.slo(500, 0, 8)) == [8]
 
 
+def test_a_probe_only_the_client_limited_is_swept_on_and_a_failed_one_pruned() -> None:
+    # every request served, the client the limit (a loaded machine): no bound, so nothing to prune on
+    limited = _sweep([_pt(1, 20.0, client_limited=True)], 9)
+    decision = _tune.decide(limited, LEVELS, _tune.slo(ttft_p99_ms=500), {"value": 999.0, "tok_s": 999.0, "label": "x"})
+    assert decision["action"] == "sweep" and decision["reason"] == ""
+    assert decision["bound"]["tok_s"] is None and "the client was the limit" in decision["bound"]["reason"]
+    # the rest scores the candidate, the limited level left out
+    record = _tune.result({"label": "b", "index": 0}, NO_SLO, 0.05, limited, _sweep([_pt(2, 38.0)], 9), decision)
+    assert record["status"] == "swept" and record["score"]["tok_s"] == 38.0
+    # a failed request at the lowest level is the server's: pruned
+    failed = _sweep([_pt(1, 20.0, status="errors", errors={"total": 1})], 9)
+    assert _tune.decide(failed, LEVELS, NO_SLO, None) == {
+        "action": "prune", "bound": _tune.bound(failed, LEVELS, NO_SLO), "reason": "pruned: the lowest level did not run cleanly"}
+
+
 def test_with_slo_a_lower_peak_can_win() -> None:
     cands = _tune.candidates({"profiles": ["mtp_hicache", "baseline"]})
     objective = _tune.slo(itl_p50_ms=20)

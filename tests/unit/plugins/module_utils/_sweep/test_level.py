@@ -75,3 +75,61 @@ def test_level_warmup_on_a_hung_server_ends_at_level_timeout(server: str) -> Non
     point = facts["points"][0]
     assert point["level_warmup"]["timed_out"] and point["level_warmup"]["errors"]["timeout"] == 2
     assert point["level_timed_out"] and point["errors"]["timeout"] == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# The client's health: its own lag, apart from the waits for a CPU other processes held
+# ------------------------------------------------------------------------------------------------
+
+def _late_ticks(run_delay, blocks: int = 3) -> sw.Health:
+    """A Health over a loop whose callbacks block it for 60 ms three times (a late tick each)."""
+    import asyncio
+
+    async def main() -> sw.Health:
+        health = sw.Health(run_delay=run_delay)
+        health.start()
+        for _ in range(blocks):
+            await asyncio.sleep(0.03)
+            time.sleep(0.06)  # the loop is held: the next tick is late by about this
+        await asyncio.sleep(0.03)
+        await health.stop()
+        return health
+
+    return asyncio.run(main())
+
+
+def test_a_tick_late_because_the_cpu_was_taken_is_not_the_clients_own_lag() -> None:
+    # a run-queue clock that says the thread waited as long as the loop was held: the machine's
+    # load, not the client's work (the lag, by wall clock, still shows it)
+    waited = {"s": 0.0, "last": time.perf_counter()}
+
+    def busy_machine() -> float:
+        now = time.perf_counter()
+        waited["s"] += now - waited["last"] if now - waited["last"] > 0.02 else 0.0
+        waited["last"] = now
+        return waited["s"]
+
+    health = _late_ticks(busy_machine)
+    assert health.lag_ms_p99 >= 40.0
+    assert health.own_lag_ms_p99 is not None and health.own_lag_ms_p99 < 20.0
+    assert sw.judged_lag(health) == health.own_lag_ms_p99
+
+
+def test_a_tick_late_because_the_loop_was_busy_is_the_clients_own_lag() -> None:
+    health = _late_ticks(lambda: 0.0)  # never waited for a CPU: the client's own work was late
+    assert health.own_lag_ms_p99 >= 40.0 and sw.judged_lag(health) >= 40.0
+    assert sw.client_limited(sw.judged_lag(health), 0.1)
+
+
+def test_without_run_queue_figures_the_wall_lag_judges() -> None:
+    health = _late_ticks(lambda: None)
+    assert health.own_lag_ms_p99 is None and sw.judged_lag(health) == health.lag_ms_p99 >= 40.0
+
+
+def test_run_delay_reads_the_second_schedstat_field(tmp_path) -> None:
+    stat = tmp_path / "schedstat"
+    stat.write_text("355499136 606621000 25\n")
+    assert sw.run_delay_s(str(stat)) == pytest.approx(0.606621)
+    assert sw.run_delay_s(str(tmp_path / "none")) is None
+    stat.write_text("garbage\n")
+    assert sw.run_delay_s(str(stat)) is None

@@ -47,7 +47,7 @@ def test_module_through_ansible(server: str) -> None:
         assert point["ok"] == 4 and point["output_tokens"] == 120 and point["avg_output_tokens"] == 30
         for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_s"):
             assert set(point[key]) == {"mean", "p50", "p90", "p99"} and point[key]["p50"] > 0
-        assert set(point["client"]) == {"loop_lag_ms_p99", "cpu_util"}
+        assert set(point["client"]) == {"loop_lag_ms_p99", "loop_lag_own_ms_p99", "cpu_util"}
         assert point["server_after"]["max_running_requests"] == 4
     assert facts["peak"]["concurrency"] in (1, 2) and facts["knee"] is not None
     assert len(facts["records"]) == 8

@@ -209,7 +209,7 @@ def test_two_processes_run_every_request_of_each_level_once(zero: str, api: str)
     assert [p["client_processes"] for p in one["points"]] == [1, 1, 1]
     assert two["options"]["client_processes"] == 2
     for p2, p1 in zip(two["points"], one["points"], strict=True):
-        assert set(p2) == set(p1) and set(p2["client"]) == set(p1["client"]) == {"loop_lag_ms_p99", "cpu_util"}
+        assert set(p2) == set(p1) and set(p2["client"]) == set(p1["client"]) == {"loop_lag_ms_p99", "loop_lag_own_ms_p99", "cpu_util"}
         assert p2["status"] == "ok" and p2["requests"] == p2["ok"] == 40
         assert p2["output_tokens"] == 40 * 64 and p2["avg_output_tokens"] == 64
         assert p2["output_tok_s"] > 0 and p2["client_escalation"] is None
