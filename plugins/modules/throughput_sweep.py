@@ -579,8 +579,8 @@ ansible_facts:
               description:
                 - C(loop_lag_ms_p99), p99 of how late a 10 ms ticker task ran on the event loop;
                   C(loop_lag_own_ms_p99), the same less each tick's wait on the run queue
-                  (Linux C(/proc/thread-self/schedstat); null where there is none): the lateness
-                  the client's own work caused; C(cpu_util), process CPU time / wall time over the
+                  (Linux C(/proc/thread-self/schedstat); null where there is none), which is the
+                  lateness the client's own work caused; C(cpu_util), process CPU time / wall time over the
                   level (1.0 = one core busy).
                 - With several client processes, the worst process's figures (each is one event
                   loop on at most one core).
