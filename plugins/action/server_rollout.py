@@ -28,15 +28,14 @@ def _plan(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def batches(args: Mapping[str, Any]) -> dict[str, Any]:
-    """What restarts, what goes, what stays (against ``previous``), and the batches."""
+    """What restarts, what goes, what stays (against ``previous``), and the batches (``args``
+    validated: every documented option is there, with its documented default)."""
     plan = _plan(args)
-    change = _deployment.diff(plan, args.get("previous") or None, args.get("restart") or [],
-                              bool(args.get("engine_changed", False)))
+    change = _deployment.diff(plan, args.get("previous") or None, args.get("restart") or [], args["engine_changed"])
     found, warnings = rollout_batches(plan, change["restart"], list(args.get("running") or plan.get("running") or []),
-                                      policy=str(args.get("policy") or "parallel"), routed=bool(args.get("routed")),
-                                      at_once=int(args.get("at_once") or 1), canary=int(args.get("canary") or 0),
-                                      canary_s=float(args.get("canary_s") or 0), guard_s=float(args.get("guard_s") or 0),
-                                      canary_alone=bool(args.get("canary_alone", True)))
+                                      policy=args["policy"], routed=args["routed"], at_once=args["at_once"],
+                                      canary=args["canary"], canary_s=args["canary_s"], guard_s=args["guard_s"],
+                                      canary_alone=args["canary_alone"])
     if args.get("replaced_only"):
         found = [b for b in found if b.get("restart")]
     # not "warnings": Ansible takes that key of a result as the task's own warnings
@@ -52,12 +51,9 @@ def records(args: Mapping[str, Any]) -> dict[str, Any]:
 class ActionModule(StepAction):
     """Run the named step; the manifest steps write it on the host when it changed."""
 
+    NAME = "server_rollout"
     STEPS = ("batches", "records", "manifest", "rollback_plan", "rolled_back")
     ERRORS = (RolloutError, _rollback.RollbackError, KeyError, TypeError, ValueError)
-    _VALID_ARGS = frozenset(("step", "plan", "previous", "restart", "engine_changed", "running", "policy", "routed",
-                             "at_once", "canary", "canary_s", "guard_s", "canary_alone", "replaced_only", "start",
-                             "units", "host", "services", "ready", "restored", "manifest", "ready_timeout",
-                             "time_scale", "only"))
 
     def step_batches(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         return batches(args)
@@ -67,7 +63,7 @@ class ActionModule(StepAction):
 
     def step_rollback_plan(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         return {"plan": _rollback.plan(args.get("manifest") or None, list(args.get("running") or []),
-                                       ready_timeout=args.get("ready_timeout", 0), time_scale=args.get("time_scale", 1.0),
+                                       ready_timeout=args["ready_timeout"], time_scale=args["time_scale"],
                                        only=args.get("only") if args.get("only") else None)}
 
     def step_manifest(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._defaults import SWEEP
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune, _tunereport
 from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import StepAction
 
@@ -58,7 +57,7 @@ def decide(args: Mapping[str, Any]) -> dict[str, Any]:
 def record(args: Mapping[str, Any]) -> dict[str, Any]:
     """One candidate's record for the search's results (swept, pruned or failed)."""
     return {"record": _tune.result(dict(args.get("candidate") or {}), dict(args.get("slo") or {}),
-                                   float(args.get("plateau_gain", SWEEP["plateau_gain"])), args.get("probe") or None,
+                                   args["plateau_gain"], args.get("probe") or None,
                                    args.get("rest") or None, args.get("decision") or None, str(args.get("error") or ""))}
 
 
@@ -89,12 +88,10 @@ def report(args: Mapping[str, Any]) -> dict[str, Any]:
 class ActionModule(StepAction):
     """Run the named step of the search on the controller."""
 
+    NAME = "tune_search"
     STEPS = ("plan", "decide", "record", "outcome", "report")
     ERRORS = (_tune.TuneError,)
     LABEL = "tune "
-    _VALID_ARGS = frozenset(("step", "slo", "space", "profiles", "extra_args", "hosts", "class_groups", "vars_dir",
-                             "probe", "results", "levels", "candidate", "plateau_gain", "rest", "decision", "error",
-                             "info", "generated", "outcomes"))
 
     def step_plan(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         return plan(args, str(task_vars.get("inventory_hostname")), task_vars.get("hostvars") or {},

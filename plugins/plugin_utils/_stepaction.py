@@ -1,7 +1,8 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""The shape of an action whose task names a step (``server_rollout``, ``tune_search``): the step
-checked against the action's ``STEPS``, run as its method ``step_<name>(args, task_vars)``, and
+"""The shape of an action whose task names a step (``server_rollout``, ``tune_search``): the task's
+arguments validated against the action's documentation (``_docspec``: its types, choices and
+defaults), the step run as the method ``step_<name>(args, task_vars)`` with those arguments, and
 the errors the rules raise for bad input turned into a failed task that names the step."""
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.llmops.sglang.plugins.plugin_utils._docspec import argument_spec
+
 
 class StepAction(ActionBase):
     """Run the task's ``step``; nothing runs on the host unless a step asks for it."""
 
     TRANSFERS_FILES = False
+    # the action's name: its documentation (plugins/modules/<NAME>.py) is its argument spec
+    NAME = ""
     STEPS: tuple[str, ...] = ()
     # the rules' errors for bad input: a failed task, not a traceback
     ERRORS: tuple[type[Exception], ...] = ()
@@ -24,10 +29,10 @@ class StepAction(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        args: Mapping[str, Any] = self._task.args
-        step = args.get("step")
+        step = self._task.args.get("step")
         if step not in self.STEPS:
             raise AnsibleActionFail(f"step {step!r} is not one of {', '.join(self.STEPS)}")
+        args: Mapping[str, Any] = self.validate_argument_spec(argument_spec=argument_spec(self.NAME))[1]
         try:
             out = getattr(self, f"step_{step}")(args, task_vars or {})
         except self.ERRORS as err:

@@ -89,3 +89,20 @@ def test_an_unknown_step_or_a_plan_that_is_not_one_is_refused() -> None:
         _step({"step": "x"})
     with pytest.raises(AnsibleActionFail, match="plan must be the server role's plan"):
         _step({"step": "batches", "plan": {"instances": "no"}})
+
+
+def test_options_are_the_documented_ones_with_their_types_and_defaults() -> None:
+    # the documentation is the argument spec (plugin_utils/_docspec.py): defaults from it ...
+    got, _ = _step({"step": "batches", "plan": FULL, "restart": ["gpu1"]})
+    implicit = [b["instances"] for b in got["batches"]]
+    got, _ = _step({"step": "batches", "plan": FULL, "restart": ["gpu1"], "policy": "parallel", "at_once": 1,
+                    "canary": 0, "canary_alone": True, "engine_changed": False, "routed": False})
+    assert [b["instances"] for b in got["batches"]] == implicit
+    # ... strings as Ansible's templating gives them, converted by type ...
+    got, _ = _step({"step": "batches", "plan": FULL, "restart": ["gpu1"], "at_once": "1", "routed": "False"})
+    assert [b["instances"] for b in got["batches"]] == implicit
+    # ... and what the documentation does not allow, refused with the option's name
+    with pytest.raises(AnsibleActionFail, match="at_once"):
+        _step({"step": "batches", "plan": FULL, "at_once": "many"})
+    with pytest.raises(AnsibleActionFail, match="nonsense"):
+        _step({"step": "batches", "plan": FULL, "nonsense": 1})
