@@ -27,11 +27,28 @@ def options_spec(options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return spec
 
 
+def fragment_options(name: str) -> dict[str, Any]:
+    """The options of this collection's doc fragment ``llmops.sglang.<file>[.<variable>]``."""
+    parts = name.split(".")
+    if parts[:2] != ["llmops", "sglang"] or len(parts) < 3:
+        raise ValueError(f"{name}: only this collection's doc fragments are read")
+    module = importlib.import_module(f"ansible_collections.llmops.sglang.plugins.doc_fragments.{parts[2]}")
+    var = parts[3].upper() if len(parts) > 3 else "DOCUMENTATION"
+    return dict((yaml.safe_load(getattr(module.ModuleDocFragment, var)) or {}).get("options") or {})
+
+
 @cache
 def documented_options(name: str) -> dict[str, Any]:
-    """The ``options`` of the collection's plugin ``name``'s DOCUMENTATION."""
+    """The documented options of the collection's plugin ``name``: its doc fragments' merged under
+    its own, as ansible-doc shows them."""
     module = importlib.import_module(f"ansible_collections.llmops.sglang.plugins.modules.{name}")
-    return dict((yaml.safe_load(module.DOCUMENTATION) or {}).get("options") or {})
+    doc = yaml.safe_load(module.DOCUMENTATION) or {}
+    options: dict[str, Any] = {}
+    fragments = doc.get("extends_documentation_fragment") or []
+    for fragment in [fragments] if isinstance(fragments, str) else fragments:
+        options.update(fragment_options(str(fragment)))
+    options.update(doc.get("options") or {})
+    return options
 
 
 def argument_spec(name: str) -> dict[str, dict[str, Any]]:

@@ -18,6 +18,7 @@ import yaml
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _defaults
 from ansible_collections.llmops.sglang.plugins.module_utils._releases import DEFAULT_RELEASE
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _docspec
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ("server", "bench", "router", "tune")
@@ -154,25 +155,10 @@ def module_argument_spec(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str
     return caught.value.kwargs["argument_spec"]
 
 
-def fragment_options(name: str) -> dict[str, dict[str, Any]]:
-    """The options of a doc fragment of this collection (``llmops.sglang.<file>[.<VAR>]``)."""
-    parts = name.split(".")
-    assert parts[:2] == ["llmops", "sglang"], f"{name}: only this collection's fragments are checked"
-    module = importlib.import_module(f"ansible_collections.llmops.sglang.plugins.doc_fragments.{parts[2]}")
-    var = parts[3].upper() if len(parts) > 3 else "DOCUMENTATION"
-    return yaml.safe_load(getattr(module.ModuleDocFragment, var)).get("options") or {}
-
-
 def module_doc_options(name: str) -> dict[str, dict[str, Any]]:
-    """The module's documented options, its doc fragments' merged under its own (as ansible-doc does)."""
-    module = importlib.import_module(f"ansible_collections.llmops.sglang.plugins.modules.{name}")
-    doc = yaml.safe_load(module.DOCUMENTATION)
-    options: dict[str, dict[str, Any]] = {}
-    fragments = doc.get("extends_documentation_fragment") or []
-    for fragment in [fragments] if isinstance(fragments, str) else fragments:
-        options.update(fragment_options(fragment))
-    options.update(doc.get("options") or {})
-    return options
+    """The module's documented options, its doc fragments' merged under its own (as ansible-doc
+    does): the reader the step actions validate with (plugin_utils/_docspec.py)."""
+    return _docspec.documented_options(name)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -27,3 +27,10 @@ def test_a_step_actions_spec_is_its_documentation() -> None:
     spec = _docspec.argument_spec("server_rollout")
     assert spec["step"]["choices"] == ["batches", "records", "manifest", "rollback_plan", "rolled_back"]
     assert spec["policy"] == {"type": "str", "default": "parallel"} and spec["canary_alone"]["default"] is True
+
+
+def test_doc_fragments_are_merged_under_the_plugins_own_options() -> None:
+    # rollout_guard documents api_key through the collection's fragment, as ansible-doc shows it
+    options = _docspec.documented_options("rollout_guard")
+    assert options["api_key"]["type"] == "str" and "canary" in options
+    assert _docspec.fragment_options("llmops.sglang.server_api")["api_key"] == options["api_key"]
