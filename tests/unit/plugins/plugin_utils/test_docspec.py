@@ -34,3 +34,10 @@ def test_doc_fragments_are_merged_under_the_plugins_own_options() -> None:
     options = _docspec.documented_options("rollout_guard")
     assert options["api_key"]["type"] == "str" and "canary" in options
     assert _docspec.fragment_options("llmops.sglang.server_api")["api_key"] == options["api_key"]
+
+
+def test_each_step_actions_steps_are_its_documented_choices() -> None:
+    from ansible_collections.llmops.sglang.plugins.action import server_rollout, tune_search
+
+    for action in (server_rollout.ActionModule, tune_search.ActionModule):
+        assert list(action.STEPS) == _docspec.argument_spec(action.NAME)["step"]["choices"], action.NAME
