@@ -12,7 +12,8 @@ that did it:
 --burn N starts N processes that each keep one core busy (a pure-Python loop) for the whole
 run, and stops them at the end. Every output line goes to <log-dir>/run-K.log prefixed with
 the seconds since that run started; the step table is printed after each run and written to
-<log-dir>/steps.md. The exit status is the first failing run's, or 0.
+<log-dir>/steps.md, and every test's seconds (each stage's pytest `--durations=0` rows, setup,
+call and teardown added up) to <log-dir>/durations-K.md. The exit status is the first failing run's, or 0.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,7 +30,7 @@ import time
 STEPS = (
     ("setup", "-m venv"),
     ("lint", "ruff check"),
-    ("unit", "pytest -q -n 2 tests/unit"),
+    ("unit", "--durations=0 tests/unit"),
     ("integration", '-m "not e2e"'),
     ("molecule", "molecule test"),
     ("build", "ansible-galaxy collection build"),
@@ -37,6 +39,50 @@ STEPS = (
     ("e2e", "-n 2 -m e2e"),
     ("fleet-test", "tests/fleet"),
 )
+
+
+# .ci/run's line when one of the stages it runs side by side (e2e, fleet) ended.
+SIDE_BY_SIDE = re.compile(r"^\[(e2e|fleet)\] done after (\d+) s")
+# A row of pytest's `--durations=0` table (every stage's pytest prints one): seconds, phase, test.
+DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
+
+
+def durations(log_path: str) -> list[tuple[str, str, str, float]]:
+    """(step, test, phase, seconds) for every `--durations=0` row of a run's log, the step being
+    the one the row was printed in."""
+    rows: list[tuple[str, str, str, float]] = []
+    seen: set[str] = set()
+    step = ""
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        for raw in log:
+            line = raw.split("] ", 1)[1] if raw.startswith("[") and "] " in raw else raw
+            for prefix, name in (("[e2e] ", "e2e"), ("[fleet] ", "fleet-test")):  # side by side
+                if line.startswith(prefix):
+                    line = line[len(prefix):]
+                    step = name
+                    seen.add(name)
+            for name, marker in STEPS:
+                if name not in seen and marker in line:
+                    seen.add(name)
+                    step = name
+            match = DURATION.match(line)
+            if match:
+                rows.append((step, match[3], match[2], float(match[1])))
+    return rows
+
+
+def durations_table(rows: list[tuple[str, str, str, float]]) -> str:
+    """Markdown: per test (setup, call and teardown added up), slowest first within each step,
+    with each step's sum."""
+    per_test: dict[tuple[str, str], float] = {}
+    for step, test, _, seconds in rows:
+        per_test[step, test] = per_test.get((step, test), 0.0) + seconds
+    lines = ["| step | test | seconds |", "|---|---|---|"]
+    for step in dict.fromkeys(step for step, _ in per_test):
+        tests = sorted(((t, s) for (st, t), s in per_test.items() if st == step), key=lambda ts: -ts[1])
+        lines += [f"| {step} | `{test}` | {seconds:.1f} |" for test, seconds in tests]
+        lines.append(f"| {step} | **{len(tests)} tests, sum** | {sum(s for _, s in tests):.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _burn() -> None:
@@ -55,6 +101,7 @@ def _steps(marks: list[tuple[str, float]], end: float) -> list[tuple[str, float]
 def run_once(command: list[str], log_path: str) -> tuple[int, float, list[tuple[str, float]]]:
     start = time.monotonic()
     marks: list[tuple[str, float]] = []
+    side: list[tuple[str, float]] = []
     seen: set[str] = set()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -68,9 +115,17 @@ def run_once(command: list[str], log_path: str) -> tuple[int, float, list[tuple[
                 if name not in seen and marker in line:
                     seen.add(name)
                     marks.append((name, now))
+            done = SIDE_BY_SIDE.match(line)
+            if done:
+                side.append((f"{done[1]} (side by side)", float(done[2])))
         rc = proc.wait()
     total = time.monotonic() - start
-    return rc, total, _steps(marks, total)
+    steps = _steps(marks, total)
+    if side:  # e2e and fleet-test run side by side: their own times, then the two together
+        steps = [(name, seconds) for name, seconds in steps if name not in ("e2e", "fleet-test")]
+        both = [(name, seconds) for name, seconds in _steps(marks, total) if name in ("e2e", "fleet-test")]
+        steps += side + [("e2e + fleet-test", sum(seconds for _, seconds in both))]
+    return rc, total, steps
 
 
 def main() -> int:
@@ -96,6 +151,9 @@ def main() -> int:
             with open(os.path.join(args.log_dir, "steps.md"), "w", encoding="utf-8") as handle:
                 handle.write(f"burners: {args.burn}, command: {' '.join(args.command)}\n\n")
                 handle.write("\n".join(table) + "\n")
+            log_path = os.path.join(args.log_dir, f"run-{run}.log")
+            with open(os.path.join(args.log_dir, f"durations-{run}.md"), "w", encoding="utf-8") as handle:
+                handle.write(durations_table(durations(log_path)))
             if rc and not first_failure:
                 first_failure = rc
     finally:
