@@ -75,7 +75,7 @@ lint: setup
 	$(BIN)/ansible-lint --profile production --offline playbooks roles molecule inventories
 
 unit: setup router
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 --durations=0 tests/unit
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 4 --dist worksteal --durations=0 tests/unit
 
 integration: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not e2e" --durations=0 tests/integration
@@ -179,8 +179,8 @@ units-ansible-test: setup router
 test-newcore: router
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP test-newcore: no Python >= 3.12 found"; exit 0; fi; \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) setup && \
-	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 2 --durations=0 --ansible-facing tests/unit && \
-	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q --durations=0 tests/integration -k "check_mode or systemd or fqcn or tarball or bad_profile" && \
+	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 4 --dist worksteal --durations=0 --ansible-facing tests/unit && \
+	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 2 --durations=0 tests/integration -k "(check_mode or systemd or fqcn or tarball or bad_profile) and not api_key" && \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
 
 # Sanity alone with the newest ansible-core (test-newcore runs it last).

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from . import phases
+
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTIONS = ROOT / "collections"
 if str(COLLECTIONS) not in sys.path:
@@ -66,3 +68,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+# Each playbook-level test's time by phase (issue 27; tests/phases.py): the harnesses add their
+# playbook runs' seconds, taken here per test and carried in the report's user_properties (so
+# that pytest-xdist's workers hand them to the controller), printed after the run.
+_PHASES: dict[str, dict[str, float]] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    phases.take()
+    try:
+        return (yield)
+    finally:
+        plays = phases.take()
+        if plays:
+            item.user_properties.append(("plays", plays))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    entry = _PHASES.setdefault(report.nodeid, {})
+    entry[report.when] = entry.get(report.when, 0.0) + report.duration
+    for key, value in report.user_properties:
+        if key == "plays":
+            entry.update({f"play:{name}": seconds for name, seconds in value.items()})
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    rows = [(nodeid, e) for nodeid, e in _PHASES.items() if any(k.startswith("play:") for k in e)]
+    if not rows:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write("phases (seconds): test | playbook runs | rest of the call (load, waits, assertions) | setup | teardown")
+    for nodeid, e in sorted(rows, key=lambda r: -sum(v for k, v in r[1].items() if ":" not in k)):
+        plays = {k[5:]: v for k, v in e.items() if k.startswith("play:")}
+        rest = max(e.get("call", 0.0) - sum(plays.values()), 0.0)
+        named = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(plays.items(), key=lambda p: -p[1]))
+        write(f"phases: {nodeid} | {named} | {rest:.1f} | {e.get('setup', 0.0):.1f} | {e.get('teardown', 0.0):.1f}")

@@ -130,6 +130,10 @@ options:
         service, in addition to the recorded start time. The launch script C(exec)s the server,
         so this is part of the server's command line (for example V(sglang.launch_server)),
         not the script's path.
+      - On start, after O(start_grace), the module waits (up to 30 seconds) until the
+        started leader has C(exec)ed what O(match) names, so that the pid it returns is the
+        server's also on a busy host where the exec comes later; a leader that exits first
+        fails the start with its log.
     type: str
   stop_timeout:
     description: Seconds to wait for every process of the group to exit after SIGTERM before SIGKILL.

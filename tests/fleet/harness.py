@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from .. import phases
 from ..integration.conftest import RECAP, Run, group_members
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -755,6 +756,7 @@ class Fleet:
         log = self._log_path(playbook)
         started = time.monotonic()
         rc, out = self._bounded(cmd, timeout, log)
+        phases.add(playbook, time.monotonic() - started)
         recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
                  for m in RECAP.findall(out)}
         return FleetRun(rc, out, recap, seconds=time.monotonic() - started, argv=cmd, log=log)

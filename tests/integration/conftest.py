@@ -9,12 +9,15 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
+
+from .. import phases
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -80,6 +83,9 @@ def _bindable(port: int) -> bool:
     return True
 
 
+_STARTED: dict[int, tuple[str, float]] = {}  # a background playbook's pid: its name, when it started
+
+
 @dataclass
 class Run:
     rc: int
@@ -121,16 +127,22 @@ class Deployment:
         return cmd + list(args)
 
     def play(self, playbook: str, *args: str, timeout: int = 300, **extra_vars) -> Run:
-        proc = subprocess.run(self.command(playbook, *args, **extra_vars), cwd=ROOT, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(self.command(playbook, *args, **extra_vars), cwd=ROOT, env=self.env(),
+                                  capture_output=True, text=True, timeout=timeout, check=False)
+        finally:
+            phases.add(playbook, time.monotonic() - started)
         return finished(proc.returncode, proc.stdout + proc.stderr)
 
     def start(self, playbook: str, *args: str, **extra_vars) -> subprocess.Popen:
         """The playbook in the background, in a process group of its own (as a shell's foreground
         job: Ctrl-C is SIGINT to that group), its output in one pipe; end it with ``finish``."""
-        return subprocess.Popen(self.command(playbook, *args, **extra_vars), cwd=ROOT, env=self.env(),
+        proc = subprocess.Popen(self.command(playbook, *args, **extra_vars), cwd=ROOT, env=self.env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
+        _STARTED[proc.pid] = (playbook, time.monotonic())
+        return proc
 
     @staticmethod
     def finish(proc: subprocess.Popen, timeout: int = 300) -> Run:
@@ -140,6 +152,9 @@ class Deployment:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+            playbook, started = _STARTED.pop(proc.pid, ("", 0.0))
+            if playbook:
+                phases.add(playbook, time.monotonic() - started)
         return finished(proc.returncode, out)
 
     def manifest(self) -> dict:

@@ -120,6 +120,10 @@ def _adopt(spec: ServiceSpec, current: ServiceStatus, pid: int, check_mode: bool
     return None
 
 
+# How long ``start`` waits, after the grace, for the leader to run what ``match`` names.
+IDENTIFY_S = 30.0
+
+
 def _spawn(spec: ServiceSpec, argv: list[str], env: dict[str, str], creds: _Credentials) -> tuple[Any, int]:
     """Start ``argv`` in its own session with its output appended to the log (a header line
     first). Returns the process and the log offset its own output starts at."""
@@ -162,17 +166,38 @@ def _wait_started(spec: ServiceSpec, proc: Any, offset: int) -> None:
             break
         time.sleep(POLL_S)
     if code is not None:
-        # The leader exited: clean whatever it left in its group, drop the pid file, report.
-        with contextlib.suppress(DetachedServiceError):
-            terminate_group(proc.pid, 1.0, 5.0)
-        remove_pid_file(spec.pid_file)
-        tail = log_tail(spec.log_file, spec.log_tail_lines, offset)
-        shown = "\n".join(tail) if tail else "(nothing was written to the log)"
-        raise DetachedServiceError(
-            f"{spec.name} exited with status {code} within {spec.start_grace:g} s of starting; "
-            f"last lines of {spec.log_file}:\n{shown}",
-            log_tail=tail,
-        )
+        _exited(spec, proc, code, offset, f"within {spec.start_grace:g} s of starting")
+
+
+def _exited(spec: ServiceSpec, proc: Any, code: int, offset: int, when: str) -> None:
+    """The leader exited: clean whatever it left in its group, drop the pid file, report."""
+    with contextlib.suppress(DetachedServiceError):
+        terminate_group(proc.pid, 1.0, 5.0)
+    remove_pid_file(spec.pid_file)
+    tail = log_tail(spec.log_file, spec.log_tail_lines, offset)
+    shown = "\n".join(tail) if tail else "(nothing was written to the log)"
+    raise DetachedServiceError(
+        f"{spec.name} exited with status {code} {when}; last lines of {spec.log_file}:\n{shown}",
+        log_tail=tail,
+    )
+
+
+def _identified(spec: ServiceSpec, proc: Any, offset: int) -> ServiceStatus:
+    """The started leader as ``status`` names it. A launch script that execs the server (the
+    roles' scripts do) shows ``match`` in its command line only once it has exec'd, which a busy
+    host can delay past ``start_grace``: poll until ``status`` names this leader, the leader
+    exits (reported as within the grace), or IDENTIFY_S pass (then what ``status`` says)."""
+    deadline = time.monotonic() + IDENTIFY_S
+    while True:
+        after = status(spec)
+        if after.running and after.pid == proc.pid:
+            return after
+        code = proc.poll()
+        if code is not None:
+            _exited(spec, proc, code, offset, "before it ran what `match` names")
+        if time.monotonic() >= deadline:
+            return after
+        time.sleep(POLL_S)
 
 
 def start(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
@@ -217,9 +242,9 @@ def start(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
     write_pid_file(spec.pid_file, record)
 
     _wait_started(spec, proc, offset)
+    after = _identified(spec, proc, offset)
     # Leave the child running; it is re-parented when this process exits.
     proc.returncode = 0  # silence Popen's "still running" ResourceWarning on garbage collection
-    after = status(spec)
     parts = [f"{spec.name} started (pid {proc.pid})"]
     if leftover_pids:
         parts.append(f"after stopping {len(leftover_pids)} leftover process(es)")

@@ -328,6 +328,26 @@ def test_stop_with_stale_pid_file_removes_it(tmp_path: Path, server_script: Path
     assert not Path(spec.pid_file).exists()
 
 
+def test_a_leader_that_execs_after_the_grace_is_still_the_one_started(tmp_path: Path, groups: Groups) -> None:
+    """A launch script shows `match` only once it has exec'd the server; on a busy host that
+    came after start_grace (seen with 6 test workers on 2 cores: start returned pid None for a
+    leader that was running). Here the script waits 1.5 s before its exec, grace 0.2 s."""
+    script = write_script(tmp_path / "slow.sh", f"sleep 1.5\nexec {_q(PY)} -c {_q(SLEEP)} llmops-test-server\n")
+    spec = make_spec(tmp_path, script, match="llmops-test-server")
+    result = started(spec, groups)
+    assert result.changed and result.status.running, result
+    assert result.status.pid == d.status(spec).pid and "llmops-test-server" in " ".join(result.status.cmdline)
+    d.stop(spec)
+
+
+def test_a_leader_that_exits_before_it_execs_is_reported_with_its_log(tmp_path: Path, groups: Groups) -> None:
+    script = write_script(tmp_path / "dies.sh", "sleep 0.5\necho 'no GPU found' >&2\nexit 3\n")
+    spec = make_spec(tmp_path, script, match="llmops-test-server")
+    with pytest.raises(d.DetachedServiceError, match="status 3 before it ran what `match` names") as err:
+        started(spec, groups)
+    assert "no GPU found" in str(err.value) and not Path(spec.pid_file).exists()
+
+
 def test_match_must_be_in_cmdline(tmp_path: Path, server_script: Path, groups: Groups) -> None:
     spec = make_spec(tmp_path, server_script, match="llmops-test-server")
     pid = started(spec, groups).status.pid
