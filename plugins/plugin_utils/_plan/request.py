@@ -30,6 +30,11 @@ TRUE_WORDS = ("true", "yes", "on", "1", "y", "t")
 FALSE_WORDS = ("false", "no", "off", "0", "n", "f", "")
 AUTO = (None, "", 0, "0")
 AUTO_WORDS = ("", "0", "null", "none", "~")  # the same from -e key=value, which gives strings
+# what a missing required value's message says, where more than "set it" helps
+REQUIRED_FIX = {
+    "model_path": "required: set it to the model's folder on the host, or set sglang_model "
+                  "({repo, revision} from the Hub, staged for you) and leave sglang_model_path empty",
+}
 
 # Flags the plan owns: set through a parameter, never through extra_args.
 OWNED_FLAGS: dict[str, str] = {
@@ -156,7 +161,7 @@ class _Checker:
         value = self.kwargs.get(key)
         if value is None or (isinstance(value, str) and not value.strip()):
             if required:
-                self._bad(key, value, "required: set it (e.g. in group_vars or with -e)")
+                self._bad(key, value, REQUIRED_FIX.get(key, "required: set it (e.g. in group_vars or with -e)"))
             return None
         if isinstance(value, (dict, list, bool)):
             self._bad(key, value, "must be a string")

@@ -29,6 +29,10 @@ REQUEST_VARIABLES: dict[str, str] = {
     "max_running_requests": "sglang_max_running_requests", "served_model_name": "sglang_served_model_name",
     "draft_model_path": "sglang_draft_model_path", "dist_init_port": "sglang_dist_init_port",
 }
+# The folders the model role staged this run ({model, draft}): they win over sglang_model_path
+# and sglang_draft_model_path, which an extra var (even "") would otherwise hold against the
+# role's set_fact (-e sglang_model_path="" with -e sglang_model={...}: the Hub model is meant).
+STAGED = "__sglang_model_paths"
 # keywords that are not one role variable: what a message names for each
 DERIVED: dict[str, str] = {
     "api_key_env": "sglang_api_key", "advertise_address": "ansible_host",
@@ -69,6 +73,11 @@ def read_inputs(get: Callable[[str], Any], inventory_host: str,
     """The plan's inputs: ``get(name)`` reads a (templated) variable, None when undefined;
     ``addresses(hosts)`` gives the address each inventory host is reached at."""
     request = {key: get(name) for key, name in REQUEST_VARIABLES.items()}
+    staged = get(STAGED)
+    if isinstance(staged, Mapping):  # the model role's staged folders win over the variables
+        for keyword, role in (("model_path", "model"), ("draft_model_path", "draft")):
+            if staged.get(role):
+                request[keyword] = str(staged[role])
     settings = {key: get(name) for key, name in ROLE_SETTINGS.items()}
     api_key = settings.get("api_key") or ""
     request["api_key_env"] = len(str(api_key)) > 0

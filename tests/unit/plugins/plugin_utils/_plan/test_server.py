@@ -151,3 +151,27 @@ def test_preflight_spec_asks_for_the_packages_only_when_the_role_installs() -> N
     existing = preflight_spec(plan, {"engine": "sglang"}, python="/srv/py/bin/python", install=False,
                               packages=packages)
     assert "packages" not in existing
+
+
+def _inputs(**over: Any):
+    return read_inputs(_vars(**over).get, "node1", lambda hosts: [], {})
+
+
+def test_the_staged_folders_win_over_an_extra_var_that_emptied_the_path() -> None:
+    """Issue 28 item 4: `-e sglang_model_path=""` with `-e sglang_model={...}` on an inventory that
+    sets a folder: the extra var outranks the model role's set_fact, so the plan read "" and
+    refused it as missing. The role's staged folders (__sglang_model_paths) are read first."""
+    snapshot = "/var/cache/llmops/hub/models--org--tiny/snapshots/" + "a" * 40
+    inputs = _inputs(sglang_model_path="", __sglang_model_paths={"model": snapshot})
+    assert inputs.request["model_path"] == snapshot and not inputs.request["draft_model_path"]
+    both = _inputs(sglang_model_path="", sglang_draft_model_path="/d",
+                   __sglang_model_paths={"model": snapshot, "draft": "/staged/draft"})
+    assert both.request["draft_model_path"] == "/staged/draft"
+    # nothing staged (no model source): the variables as they are
+    assert _inputs(__sglang_model_paths={}).request["model_path"] == "/models/q"
+
+
+def test_a_missing_model_path_names_both_ways_to_give_a_model(hybrid: dict[str, Any]) -> None:
+    with pytest.raises(PlanError) as err:
+        _plan(hybrid, sglang_model_path="")
+    assert "sglang_model_path=''" in str(err.value) and "or set sglang_model" in str(err.value), err.value
