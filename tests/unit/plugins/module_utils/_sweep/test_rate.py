@@ -319,6 +319,10 @@ def test_rate_mode_sends_the_seeded_schedule(server: str) -> None:
         assert point["scheduled_rate"] == pytest.approx(rate, rel=0.02)
         assert point["achieved_rate"] > 0 and point["queue_delay_ms"]["p50"] is not None
         assert point["goodput_req_s"] > 0 and point["slo_attainment"] == 1.0 and point["slo_met"]
+        # issue 28 item 2: every per-second figure of a point is over its duration_s, so with every
+        # request good, goodput is the completed rate (the send rate is over the arrival window)
+        assert point["goodput_req_s"] == pytest.approx(point["req_s"], rel=1e-3), point
+        assert point["goodput_tok_s"] == pytest.approx(point["output_tok_s"], rel=1e-3), point
     assert {r["level"] for r in facts["records"]} == {0, 1}
 
 
@@ -364,11 +368,11 @@ def test_the_report_shows_rate_levels_goodput_and_the_search() -> None:
         "slo_limit": {"unit": "req_s", "highest_pass": 8.0, "lowest_fail": 8.5, "converged": True,
                       "tolerance": 0.1, "probes": [{"load": 4.0}, {"load": 8.0}, {"load": 16.0}, {"load": 8.5}]},
         "points": [
-            {"concurrency": 64, "offered_rate": 16.0, "achieved_rate": 15.5, "queued_requests": 3,
+            {"concurrency": 64, "offered_rate": 16.0, "achieved_rate": 15.5, "queued_requests": 3, "req_s": 14.0,
              "queue_delay_ms": {"p99": 12.0}, "goodput_req_s": 2.0, "goodput_tok_s": 200.0,
              "slo_attainment": 0.125, "slo_met": False},
-            {"concurrency": 64, "offered_rate": 4.0, "achieved_rate": 4.0, "queued_requests": 0,
-             "queue_delay_ms": {"p99": 0.5}, "goodput_req_s": 4.0, "goodput_tok_s": 400.0, "slo_attainment": 1.0,
+            {"concurrency": 64, "offered_rate": 4.0, "achieved_rate": 4.0, "queued_requests": 0, "req_s": 3.53,
+             "queue_delay_ms": {"p99": 0.5}, "goodput_req_s": 3.53, "goodput_tok_s": 400.0, "slo_attainment": 1.0,
              "slo_met": True, "repeats": {"disagree": False, "measures": {"output_tok_s": {
                  "mean": 400.0, "half_width": 4.0, "n": 3}}}},
         ],
@@ -376,8 +380,9 @@ def test_the_report_shows_rate_levels_goodput_and_the_search() -> None:
     text = render_rate_table(sweep)
     assert text is not None
     rows = [line for line in text.splitlines() if line.startswith("| 4") or line.startswith("| 16")]
-    assert rows[0] == "| 4 req/s | 4.00 | 0 | 0.5 | 4.00 | 400.0 | 1.000 | yes | 400.0 ± 4.0 (3) |"
-    assert rows[1] == "| 16 req/s | 15.50 | 3 | 12.0 | 2.00 | 200.0 | 0.125 | **no** | - |"
+    assert rows[0] == "| 4 req/s | 4.00 | 0 | 0.5 | 3.53 | 3.53 | 400.0 | 1.000 | yes | 400.0 ± 4.0 (3) |"
+    assert rows[1] == "| 16 req/s | 15.50 | 3 | 12.0 | 14.00 | 2.00 | 200.0 | 0.125 | **no** | - |"
+    assert "goodput equals completed req/s when every request met the SLO" in text
     assert text.startswith("SLO ttft_p99_ms 500:")
     assert "highest passing 8.0 req_s, lowest failing 8.5 (4 probes, converged within 0.1)" in text
 
