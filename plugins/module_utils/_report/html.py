@@ -22,30 +22,44 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.common impor
     instance_label,
     num,
     points_of,
+    unmeasurable,
 )
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:.5em 0}"
          "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}th{background:#eee}"
          "td:first-child,th:first-child{text-align:left}svg{background:#fff;border:1px solid #ddd;margin:4px}"
-         "pre{background:#f6f6f6;padding:6px}")
+         "pre{background:#f6f6f6;padding:6px}.wide{overflow-x:auto;max-width:100%}")
 W, H, PAD = 520, 300, 50
+# settings of one loop mode that the other ignores: shown as "-" there (a concurrency sweep's
+# settings said "arrival poisson"; a rate sweep's listed the unused concurrency levels)
+RATE_ONLY = ("rates", "arrival")
+CLOSED_ONLY = ("concurrency",)
 
 
 def _esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _cell(text: str) -> str:
+    """A table cell: escaped, its Markdown emphasis (``**no**``) as <strong>."""
+    parts = _esc(text).split("**")
+    if len(parts) % 2 == 0:  # an unpaired ** stays as it was written
+        return _esc(text)
+    return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def markdown_to_html(text: str) -> str:
-    """The subset of Markdown ``summary.md`` uses: headings, pipe tables, paragraphs, `code`."""
+    """The subset of Markdown ``summary.md`` uses: headings, pipe tables (``**bold**`` cells),
+    paragraphs, `code`."""
     out: list[str] = []
     rows: list[list[str]] = []
 
     def flush_table() -> None:
         if rows:
             head, body = rows[0], [r for r in rows[1:] if not all(set(c) <= {"-", ":", " "} for c in r)]
-            out.append("<table><tr>" + "".join(f"<th>{_esc(c)}</th>" for c in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in body)
+            out.append("<table><tr>" + "".join(f"<th>{_cell(c)}</th>" for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in r) + "</tr>" for r in body)
                        + "</table>")
             rows.clear()
 
@@ -65,6 +79,19 @@ def markdown_to_html(text: str) -> str:
             out.append("<p>" + "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)) + "</p>")
     flush_table()
     return "\n".join(out)
+
+
+def tick(value: float) -> str:
+    """An axis label that fits the chart's left margin: no scientific notation (8.881e+05 was
+    cut to "881e+05" by the margin), thousands as k and millions as M."""
+    size = abs(value)
+    if size >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    if size >= 1e4:
+        return f"{value / 1e3:.3g}k"
+    if size >= 100 or value == int(value):
+        return f"{value:.0f}"
+    return f"{value:.3g}"
 
 
 def _scale(values: Sequence[float], log: bool, size: float, flip: bool) -> Any:
@@ -103,7 +130,7 @@ def svg_chart(title: str, xlabel: str, ylabel: str, series: Sequence[tuple[str, 
     top = max(ys)
     for frac in (0.0, 0.5, 1.0):
         y = top * frac
-        parts.append(f'<text x="{PAD - 4}" y="{fy(y) + 3:.1f}" text-anchor="end" font-size="10">{y:.4g}</text>')
+        parts.append(f'<text x="{PAD - 4}" y="{fy(y) + 3:.1f}" text-anchor="end" font-size="10">{tick(y)}</text>')
     for i, (label, pts) in enumerate(series):
         color = COLORS[i % len(COLORS)]
         coords = " ".join(f"{fx(x):.1f},{fy(y):.1f}" for x, y in sorted(pts))
@@ -129,7 +156,9 @@ def charts(items: Sequence[dict[str, Any]]) -> list[str]:
                                 ("Time to first token (p50)", "ms", "ttft_ms.p50"),
                                 ("Goodput (requests meeting the SLO)", "req/s", "goodput_req_s"),
                                 ("Goodput tokens", "tok/s", "goodput_tok_s")):
-        series = [(instance_label(i["meta"]), [(_x_of(p), num(dig(p, path))) for p in points_of(i["sweep"])])
+        # a latency the tables mark n/m (not measurable at the engine's time scale) is not plotted
+        series = [(instance_label(i["meta"]), [(_x_of(p), None if path.startswith("ttft") and unmeasurable(p, path)
+                                                 else num(dig(p, path))) for p in points_of(i["sweep"])])
                   for i in items]
         out.append(svg_chart(title, xlabel, ylabel, series))
     return [c for c in out if c]
@@ -142,11 +171,12 @@ def settings_table(items: Sequence[dict[str, Any]]) -> str:
     rows = []
     for item in items:
         opts = dig(item["sweep"], "options") or {}
+        unused = RATE_ONLY if opts.get("mode") != "rate" else CLOSED_ONLY  # the other mode's settings
         cells = [f"<td>{_esc(instance_label(item['meta']))}</td>"]
-        cells.extend(f"<td>{_esc(_short(opts.get(k)))}</td>" for k in keys)
+        cells.extend(f"<td>{_esc('-' if k in unused else _short(opts.get(k)))}</td>" for k in keys)
         rows.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th>instance</th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>"
-    return f"<table>{head}{''.join(rows)}</table>"
+    return '<div class="wide"><table>' + head + "".join(rows) + "</table></div>"
 
 
 def _short(value: Any) -> str:
@@ -183,9 +213,11 @@ def render_html(items: Sequence[dict[str, Any]], markdown: str, title: str, plot
     """The whole ``report.html``."""
     if capacity is None:
         capacity = next((c for i in items for c in (dig(i, "sweep.capacity"), dig(i, "meta.capacity")) if c), None)
+    # summary.md opens with the title as its own "# " heading: the page has it once, above
+    tables = markdown.split("\n", 1)[1] if markdown.startswith("# ") else markdown
     body = [f"<h1>{_esc(title)}</h1>", "<h2>Settings</h2>", settings_table(items),
             "<h2>Charts</h2>", "".join(charts(items)), capacity_table(capacity),
-            "<h2>Tables</h2>", markdown_to_html(markdown)]
+            "<h2>Tables</h2>", markdown_to_html(tables)]
     pngs = "".join(_png(p) for p in plots if p.endswith(".png"))
     if pngs:
         body.extend(["<h2>Plots</h2>", pngs])

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,11 +88,13 @@ def render_markdown(items: Sequence[dict[str, Any]], title: str | None = None) -
     intro = (
         "Columns: C = concurrency, n = requests, ok = completed, err = failed (all kinds), "
         "output tok/s = output tokens / wall time of the level (ramp-up and tail included), "
-        "avg_out = output tokens per ok request, wall s = first send to last finish, "
+        "avg_out = output tokens per ok request, wall s = first send to last finish "
+        "(model s on a time-scaled engine: the same in the seconds it models), "
         "TTFT/ITL = time to first token / inter-token latency (token level). "
         "`!` after C: requests failed at that level; `*`: client-limited level; "
         "`~`: throughput drifted within the level; "
         "n/m: not measurable at the engine's time scale. See docs/reports.md."
     )
-    doc = f"# {title or 'SGLang throughput sweep'}\n\n{intro}\n\n{body}\n"
+    # the title as text: Markdown renders raw HTML in a heading (report.html escapes it too)
+    doc = f"# {html.escape(title or 'SGLang throughput sweep', quote=False)}\n\n{intro}\n\n{body}\n"
     return doc, body

@@ -36,6 +36,9 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.common impor
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._report.ratetable import render_rate_table
 
+# The seed's "wall s" column on a time-scaled engine, whose levels are in modelled seconds (a
+# level of 5.8 wall seconds at scale 0.1 reads 58.0: "wall s" there misled, issue 28 item 11).
+MODEL_SECONDS = "model s"
 # summary.md per-instance table: the seed's seven columns, then latency.
 TABLE_HEADER: tuple[str, ...] = (
     "C", "n", "ok", "err", "output tok/s", "avg_out", "wall s",
@@ -63,7 +66,10 @@ def render_table(sweep: dict[str, Any]) -> str:
     client-limited level with ``*``, a level whose throughput drifted within its window with ``~``. A latency the sweep found not measurable
     (time-scaled engine, client disagreeing with the model) reads ``n/m``.
     """
-    lines = [md_row(level_header(TABLE_HEADER, points_of(sweep))), md_row(["---"] * len(TABLE_HEADER))]
+    header = level_header(TABLE_HEADER, points_of(sweep))
+    if sweep.get("time_base") == "model":  # a time-scaled engine's levels last modelled seconds
+        header = [MODEL_SECONDS if h == "wall s" else h for h in header]
+    lines = [md_row(header), md_row(["---"] * len(TABLE_HEADER))]
     for point in points_of(sweep):
         c_cell = level_cell(point)
         if has_failed(point):
@@ -277,7 +283,7 @@ def _server_line(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
         ("api", sweep.get("api")),
         ("max_running_requests", server.get("max_running_requests")),
         ("spec accept length", server.get("avg_spec_accept_length_after")),
-        ("gpus", meta.get("gpus")),
+        ("GPU" if len(meta.get("gpus") or []) == 1 else "GPUs", meta.get("gpus")),
         ("url", meta.get("url") or sweep.get("url")),
     ):
         if value in (None, "", []):

@@ -65,3 +65,43 @@ def test_markdown_to_html_and_empty_chart() -> None:
     assert markdown_to_html(text) == ("<h3>a &lt;b&gt;</h3>\n<p>line <code>code</code></p>\n"
                                       "<table><tr><th>C</th><th>x</th></tr><tr><td>1</td><td>2</td></tr></table>")
     assert svg_chart("t", "x", "y", [("a", [(1.0, None)])]) == ""  # type: ignore[list-item]
+
+
+def test_what_a_reader_saw_wrong_in_the_report(tmp_path: Path) -> None:
+    """Issue 28 item 11, as report.html and summary.md read in a browser: one <h1>; `**no**` as
+    bold, not asterisks; axis labels without scientific notation (8.881e+05 was cut to
+    "881e+05" by the chart's margin); a TTFT the tables mark n/m not plotted; a concurrency
+    sweep's settings without the rate mode's arrival; the settings table scrolls within the page;
+    "GPU 0" for the instance's GPU index; the level's seconds headed "model s" on a time-scaled
+    engine; summary.md's heading with the title as text."""
+    result = _result("mtp", 1000.0)
+    sweep = result["sweep"]
+    sweep["options"].update(mode="concurrency", arrival="poisson", rates=[4.0])
+    sweep["time_base"] = "model"
+    sweep["points"][0]["latency_unmeasurable"] = {"ttft_ms": ["p50", "p99"]}
+    sweep["points"][1]["slo_met"] = False
+    sweep["points"][1]["offered_rate"] = None
+    result["meta"]["gpus"] = [0]
+    write_report([result], str(tmp_path / "run"), title="<b>run</b>", latest_link=False)
+    page = Path(tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    md = Path(tmp_path / "run" / "summary.md").read_text(encoding="utf-8")
+    assert page.count("<h1>") == 1
+    text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)
+    assert not re.search(r"\de[+-]\d", text), re.findall(r"[\d.]+e[+-]\d+", text)
+    assert ">1.6M<" in page  # the throughput axis' top: 16 x 100,000 tok/s
+    ttft = page.split("Time to first token (p50)", 1)[1].split("</svg>", 1)[0]
+    assert ttft.count("<circle") == 2  # C=4 and C=16; C=1's TTFT is n/m
+    settings = page.split("<h2>Settings</h2>", 1)[1].split("</table>", 1)[0]
+    assert '<div class="wide">' in settings and "poisson" not in settings
+    assert "GPU 0" in md and "gpus 0" not in md
+    assert "| model s |" in md and "| wall s |" not in md
+    assert md.startswith("# &lt;b&gt;run&lt;/b&gt;\n")
+
+
+def test_bold_cells_and_ticks() -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._report.html import tick
+
+    assert markdown_to_html("| a | b |\n| --- | --- |\n| **no** | 2 ** 3 |") == (
+        "<table><tr><th>a</th><th>b</th></tr><tr><td><strong>no</strong></td><td>2 ** 3</td></tr></table>")
+    assert [tick(v) for v in (0.0, 0.25, 12.5, 512.0, 888100.0, 8881000.0, 45000.0)] == [
+        "0", "0.25", "12.5", "512", "888k", "8.88M", "45k"]
