@@ -142,6 +142,14 @@ def svg_chart(title: str, xlabel: str, ylabel: str, series: Sequence[tuple[str, 
     return "".join(parts)
 
 
+def _y_of(point: dict[str, Any], path: str) -> float | None:
+    """The value to plot; none for a latency the tables mark n/m (not measurable at the engine's
+    time scale)."""
+    if path.startswith("ttft") and unmeasurable(point, path):
+        return None
+    return num(dig(point, path))
+
+
 def _x_of(point: dict[str, Any]) -> float | None:
     return num(point.get("offered_rate")) if point.get("offered_rate") is not None else num(point.get("concurrency"))
 
@@ -156,9 +164,7 @@ def charts(items: Sequence[dict[str, Any]]) -> list[str]:
                                 ("Time to first token (p50)", "ms", "ttft_ms.p50"),
                                 ("Goodput (requests meeting the SLO)", "req/s", "goodput_req_s"),
                                 ("Goodput tokens", "tok/s", "goodput_tok_s")):
-        # a latency the tables mark n/m (not measurable at the engine's time scale) is not plotted
-        series = [(instance_label(i["meta"]), [(_x_of(p), None if path.startswith("ttft") and unmeasurable(p, path)
-                                                 else num(dig(p, path))) for p in points_of(i["sweep"])])
+        series = [(instance_label(i["meta"]), [(_x_of(p), _y_of(p, path)) for p in points_of(i["sweep"])])
                   for i in items]
         out.append(svg_chart(title, xlabel, ylabel, series))
     return [c for c in out if c]
