@@ -83,7 +83,8 @@ integration: setup router
 # End-to-end runs of several minutes each (tune.yml on inventories/seed then deploy.yml; a bench
 # through the router, also with a worker down; a remote sweep outliving a killed controller; tune's
 # faults; deploys interrupted by SIGINT/SIGKILL and concurrent deploys): not in
-# `make test` (which stays under 20 minutes on 2 cores); .ci/run runs them after it.
+# `make test` (about 19 minutes on 2 cores from a fresh clone); .ci/run runs them after it, beside
+# the fleet scenarios.
 e2e: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m e2e --durations=0 tests/integration
 
