@@ -29,25 +29,67 @@ def repo_root() -> Path:
 
 
 # `--ansible-facing` (make test-newcore): only the tests that depend on ansible-core, those of the
-# plugins Ansible loads (tests/unit/plugins/{action,filter,lookup,modules}) and every test file
-# that imports `ansible` or runs an Ansible program (ansible, ansible-playbook, ansible-doc). The
-# rest is plain Python that imports no ansible-core (plugin_utils and module_utils import it only
+# plugins Ansible loads (tests/unit/plugins/{action,filter,lookup,modules}), every test file that
+# imports `ansible`, and, in a file that only runs Ansible programs (ansible, ansible-playbook,
+# ansible-doc) in some of its tests, those tests: each test function whose body, or a function of
+# the file it calls (followed through the file's own functions and fixtures), runs one. The rest
+# is plain Python that imports no ansible-core (plugin_utils and module_utils import it only
 # through `_stepaction`, which the action plugins' tests cover), so running it on the newest core
 # a second time proves nothing new (issue 27). tests/unit/repo/test_ansible_facing.py holds the rule.
 ANSIBLE_FACING_DIRS = ("action", "filter", "lookup", "modules")
-ANSIBLE_FACING_SOURCE = re.compile(
-    r"^\s*(?:from|import) ansible(?:\.|\s)|ansible-playbook|ansible-doc|ansible-galaxy|\"ansible\"|BIN / \"ansible",
-    re.M)
+ANSIBLE_IMPORT = re.compile(r"^\s*(?:from|import) ansible(?:\.|\s)", re.M)
+ANSIBLE_PROGRAM = re.compile(r"ansible-playbook|ansible-doc|ansible-galaxy|\"ansible\"|/ \"ansible")
+ANSIBLE_FACING_SOURCE = re.compile(ANSIBLE_IMPORT.pattern + "|" + ANSIBLE_PROGRAM.pattern, re.M)
 
 
 def ansible_facing(path: Path) -> bool:
-    """Whether the test file at `path` depends on ansible-core (see ANSIBLE_FACING_SOURCE)."""
+    """Whether the test file at `path` has tests that depend on ansible-core (see above)."""
     rel = path.resolve().relative_to(ROOT / "tests")
     if rel.parts[:2] == ("unit", "plugins") and len(rel.parts) > 3 and rel.parts[2] in ANSIBLE_FACING_DIRS:
         return True
     if rel.parts[0] == "integration":
         return True  # every playbook test runs ansible-playbook
     return bool(ANSIBLE_FACING_SOURCE.search(path.read_text(encoding="utf-8")))
+
+
+def ansible_facing_tests(path: Path) -> set[str] | None:
+    """The names of the functions of the test file at `path` that run an Ansible program, or
+    None when the whole file depends on ansible-core (a plugin Ansible loads, an integration
+    test, a file that imports ansible). A function runs one when its own source names an Ansible
+    program or it calls (or takes as a fixture) a function of the file that does."""
+    if not ansible_facing(path):
+        return set()
+    text = path.read_text(encoding="utf-8")
+    rel = path.resolve().relative_to(ROOT / "tests")
+    if rel.parts[0] == "integration" or (rel.parts[:2] == ("unit", "plugins") and len(rel.parts) > 3
+                                         and rel.parts[2] in ANSIBLE_FACING_DIRS) or ANSIBLE_IMPORT.search(text):
+        return None
+    return _program_functions(path)
+
+
+def _program_functions(path: Path) -> set[str]:
+    """The functions of the Python file at `path` that run an Ansible program: by their own
+    source, or by calling (or taking as a fixture) one of the file's functions that does, or a
+    function it imports from a file of the tests that does."""
+    import ast
+
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    functions = {node.name: node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    uses = {name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {a.arg for a in node.args.args}
+            for name, node in functions.items()}
+    runs = {name for name, node in functions.items() if ANSIBLE_PROGRAM.search(ast.get_source_segment(text, node) or "")}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level and node.module:
+            source = path.parent.joinpath(*[".."] * (node.level - 1), *node.module.split(".")).with_suffix(".py")
+            if source.resolve().is_relative_to(ROOT / "tests") and source.exists():
+                imported = _program_functions(source)
+                runs |= {alias.asname or alias.name for alias in node.names if alias.name in imported}
+    while True:
+        more = {name for name in functions if name not in runs and uses[name] & runs}
+        if not more:
+            return runs
+        runs |= more
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,13 +100,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("--ansible-facing"):
         return
-    facing: dict[Path, bool] = {}
+    facing: dict[Path, set[str] | None] = {}
     keep, drop = [], []
     for item in items:
         path = Path(str(item.path))
         if path not in facing:
-            facing[path] = ansible_facing(path)
-        (keep if facing[path] else drop).append(item)
+            facing[path] = ansible_facing_tests(path)
+        names = facing[path]
+        function = getattr(item, "originalname", None) or item.name
+        (keep if names is None or function in names else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ...conftest import ROOT, ansible_facing
+from ...conftest import ROOT, ansible_facing, ansible_facing_tests
 
 PLUGINS = ROOT / "plugins"
 UNIT = ROOT / "tests" / "unit"
@@ -53,3 +53,40 @@ def test_pure_python_tests_are_left_out_and_integration_is_kept() -> None:
     assert ansible_facing(UNIT / "plugins" / "action" / "test_server_rollout.py")
     assert ansible_facing(UNIT / "plugins" / "module_utils" / "_sweep" / "test_module.py")
     assert ansible_facing(ROOT / "tests" / "integration" / "test_deploy.py")
+
+
+def test_in_a_file_that_runs_ansible_in_some_tests_only_those_are_selected() -> None:
+    """A file of plain-Python tests with a few that run a module through `ansible` keeps only
+    those few: by their own source, through a function of the file, or through a helper they
+    import from the tests (the sweep's `_ansible` in _sweep/helpers.py)."""
+    sweep = UNIT / "plugins" / "module_utils" / "_sweep"
+    selected = ansible_facing_tests(sweep / "test_module.py")
+    assert selected is not None and "test_module_through_ansible" in selected  # through helpers._ansible
+    assert "test_ansible_doc" in selected  # its own source runs ansible-doc
+    run = ansible_facing_tests(sweep / "test_run.py")
+    assert run is not None and "test_module_warns_about_failed_levels_and_fails_with_fail_on_errors" in run
+    assert not any(name.startswith("test_throughput_matches_the_analytic_rate") for name in run)
+    detached = ansible_facing_tests(UNIT / "plugins" / "module_utils" / "_detached" / "test_detached.py")
+    assert detached is not None and "test_end_to_end_through_ansible" in detached and len(detached) < 10
+    # whole files: a plugin Ansible loads, a file that imports ansible, every integration test
+    assert ansible_facing_tests(UNIT / "plugins" / "action" / "test_server_rollout.py") is None
+    assert ansible_facing_tests(ROOT / "tests" / "integration" / "test_deploy.py") is None
+    assert ansible_facing_tests(UNIT / "plugins" / "module_utils" / "test_flags.py") == set()
+
+
+def test_every_unit_test_that_runs_an_ansible_program_is_selected() -> None:
+    """Each test function whose own source runs an Ansible program is in its file's selection."""
+    import ast
+    import re
+
+    program = re.compile(r"ansible-playbook|ansible-doc|ansible-galaxy|\"ansible\"|/ \"ansible")
+    missed = []
+    for path in sorted(UNIT.rglob("test_*.py")):
+        text = path.read_text(encoding="utf-8")
+        selected = ansible_facing_tests(path)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") \
+                    and program.search(ast.get_source_segment(text, node) or "") \
+                    and selected is not None and node.name not in selected:
+                missed.append(f"{path.relative_to(ROOT)}::{node.name}")
+    assert not missed, missed
