@@ -16,6 +16,11 @@ from tests.procs import client_pids
 
 from .conftest import Deployment, Run, cleanup, group_members, make_inventory
 
+# Slow requests (long levels) but not a slow start: the engine's start-up at the fast scale
+# (LLMOPS_SIM_STARTUP_SCALE, docs/engine-api.md), so a deploy does not wait for a load modelled
+# at the requests' pace (the mtp deploy at time scale 0.25 took 60 s of a 92 s test).
+FAST_START = {"sglang_env": {"LLMOPS_SIM_STARTUP_SCALE": "0.005"}}
+
 pytestmark = pytest.mark.integration
 
 SMALL = {"sglang_bench_concurrency": [1, 4], "sglang_bench_max_tokens": 64, "sglang_gpus": [0]}
@@ -143,7 +148,7 @@ def test_an_instance_killed_mid_bench_is_reported_and_fails_the_play_only_when_a
     """The deployment has an API key (benched without sglang_bench_api_key); gpu1 is killed while
     it is swept: the play goes on, warns, writes the report with gpu1's levels marked; with
     sglang_bench_fail_on_errors it writes the same report and then fails, naming gpu1."""
-    dep = make_inventory(tmp_path, sglang_gpus=[0, 1], sglang_api_key="s3cret", sglang_sim_time_scale=0.05)
+    dep = make_inventory(tmp_path, sglang_gpus=[0, 1], sglang_api_key="s3cret", sglang_sim_time_scale=0.05, **FAST_START)
     try:
         assert dep.play("deploy.yml", profile="baseline").rc == 0
         reports = tmp_path / "reports"
@@ -184,7 +189,7 @@ def test_ctrl_c_stops_parallel_sweeps_at_once(tmp_path: Path) -> None:
     """SIGINT to ansible-playbook's process group (Ctrl-C) while two instances are swept in
     parallel (async jobs, daemonized by async_wrapper): within a few seconds nothing talks to
     either server. Before watch_pid these jobs went on to the end of their sweep."""
-    dep = make_inventory(tmp_path, sglang_gpus=[0, 1], sglang_sim_time_scale=0.05)
+    dep = make_inventory(tmp_path, sglang_gpus=[0, 1], sglang_sim_time_scale=0.05, **FAST_START)
     proc = None
     ports: list[int] = []
     try:
@@ -233,7 +238,7 @@ def test_progress_jsonl_grows_while_the_sweep_runs_and_the_play_prints_each_leve
     # sweep_wait (two module runs) even on a loaded machine. At time scale 0.05 (2-4 s levels)
     # all three levels landed between two looks in a .ci/run beside other jobs (load average
     # 7-15 on 2 cores), and the file went from 0 to 3 lines at once.
-    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.25)
+    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.25, **FAST_START)
     reports = tmp_path / "reports"
     progress = reports / "watch" / "progress.jsonl"
     proc = None
@@ -306,7 +311,7 @@ def test_a_remote_sweep_stops_when_its_controller_is_killed(tmp_path: Path) -> N
     signal reaches the async job: it stops because nobody refreshes its heartbeat any more, well
     before its 30 s level would end; the level finished before stays in its progress file, and
     its result says why it stopped."""
-    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.05)
+    dep = make_inventory(tmp_path, sglang_gpus=[0], sglang_sim_time_scale=0.05, **FAST_START)
     proc = None
     port = 0
     host_progress: list[Path] = []

@@ -33,6 +33,8 @@ def _seed_copy(tmp_path: Path) -> Deployment:
         "sglang_install": False,
         "sglang_python": sys.executable,
         "sglang_sim_time_scale": 0.02,
+        # each candidate's start-up at the fast scale (docs/engine-api.md): tune starts four
+        "sglang_env": {"LLMOPS_SIM_STARTUP_SCALE": "0.002"},
         "sglang_ready_interval": 0.5,
         "sglang_tune_reports_dir": str(tmp_path / "reports"),
     }

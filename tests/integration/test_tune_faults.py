@@ -46,6 +46,8 @@ def _host_vars(tmp_path: Path, **overrides: object) -> dict:
         # levels of a few seconds (hundreds of the client's 10 ms ticks): one late tick on this loaded
         # machine does not make the level's p99 loop lag, so C=1 is not called client-limited
         "sglang_sim_time_scale": 0.05,
+        # ... but each candidate's start-up at the fast scale (docs/engine-api.md)
+        "sglang_env": {"LLMOPS_SIM_STARTUP_SCALE": "0.005"},
         "sglang_stop_timeout": 15,
         "sglang_ready_interval": 0.5,
         "sglang_bench_max_tokens": 256,
@@ -164,7 +166,7 @@ def test_a_candidate_that_fails_after_starting_is_stopped_and_no_winner_fails(tm
     # issue 16 #5 (after a failure): every candidate fails after its server started (here: not
     # ready within sglang_ready_timeout at real time); each is stopped before the next, and the
     # play fails with each candidate's error, not "results is empty"
-    dep = _inventory(tmp_path, sglang_sim_time_scale=1.0, sglang_ready_timeout=1,
+    dep = _inventory(tmp_path, sglang_sim_time_scale=1.0, sglang_ready_timeout=1, sglang_env={},
                      sglang_tune_space={"profiles": ["baseline", "hicache"]})
     try:
         run = dep.play("tune.yml", timeout=400, sglang_tune_run_id="cf")

@@ -10,7 +10,7 @@ SGLang's child processes (``procs``), and the HTTP server (``server``) until SIG
 serves only the placeholder routes (``follower``).
 
 Environment (never SGLang flags): LLMOPS_SGLANG_RELEASE, LLMOPS_SIM_GPUS, CUDA_VISIBLE_DEVICES,
-LLMOPS_SIM_TIME_SCALE, LLMOPS_SIM_HOST_MEM_AVAILABLE_GB, LLMOPS_SIM_ACCEPT_LENGTH,
+LLMOPS_SIM_TIME_SCALE, LLMOPS_SIM_STARTUP_SCALE, LLMOPS_SIM_HOST_MEM_AVAILABLE_GB, LLMOPS_SIM_ACCEPT_LENGTH,
 LLMOPS_SIM_LISTEN, and the injected faults LLMOPS_SIM_FAIL_SHARE and LLMOPS_SIM_DECODE_SLOWDOWN
 (``faults``). See docs/engine-api.md.
 """
@@ -53,6 +53,7 @@ class Started:
     plan: perfmodel.EnginePlan
     sock: socket.socket
     time_scale: float
+    startup_scale: float  # LLMOPS_SIM_STARTUP_SCALE: the start-up's own scale (load, pinning, warm-up)
     topology: fleet.Topology | None  # several nodes: where this one stands
     faults: Faults  # LLMOPS_SIM_FAIL_SHARE, LLMOPS_SIM_DECODE_SLOWDOWN
 
@@ -78,14 +79,14 @@ def _parse(argv: list[str], release: str) -> tuple[dict[str, Any], dict[str, Any
     return vars(namespace), traits
 
 
-def _time_scale(log: Log) -> float | None:
-    raw = os.environ.get("LLMOPS_SIM_TIME_SCALE", "1.0")
+def _time_scale(log: Log, name: str = "LLMOPS_SIM_TIME_SCALE", default: str = "1.0") -> float | None:
+    raw = os.environ.get(name, default)
     try:
         time_scale = float(raw)
         if time_scale < 0:
             raise ValueError(time_scale)
     except ValueError:
-        log.error(f"invalid LLMOPS_SIM_TIME_SCALE={raw!r}")
+        log.error(f"invalid {name}={raw!r}")
         return None
     return time_scale
 
@@ -122,7 +123,7 @@ def _plan(args: dict[str, Any], model_config: dict[str, Any], gpu: perfmodel.Gpu
 
 
 def _start(args: dict[str, Any], release: str, traits: dict[str, Any], log: Log,
-           time_scale: float) -> Started | int:
+           time_scale: float, startup_scale: float | None = None) -> Started | int:
     """Injected faults, model, GPU, plan and socket; the exit code 1 when one fails."""
     try:
         topology = fleet.Topology.from_args(args)
@@ -140,7 +141,7 @@ def _start(args: dict[str, Any], release: str, traits: dict[str, Any], log: Log,
         log.error(str(exc))
         return 1
     return Started(args, release, traits, model_config, gpu_name, plan, sock, time_scale,
-                   topology, faults)
+                   time_scale if startup_scale is None else startup_scale, topology, faults)
 
 
 async def _serve_api(started: Started, procs: EngineProcs, log: Log, http: ModuleType) -> int:
@@ -148,7 +149,7 @@ async def _serve_api(started: Started, procs: EngineProcs, log: Log, http: Modul
     engine = Engine(EngineConfig.build(
         args=started.args, plan=started.plan, gpu_name=started.gpu_name,
         release=started.release, traits=started.traits, model_config=started.model_config,
-        time_scale=started.time_scale, faults=started.faults), log)
+        time_scale=started.time_scale, startup_scale=started.startup_scale, faults=started.faults), log)
     listen_early = os.environ.get("LLMOPS_SIM_LISTEN", "early").lower() != "ready"
     schedule = startup_schedule(started.args, started.plan, started.traits)
     meeting = fleet.Rendezvous(started.topology) if started.topology is not None else None
@@ -163,7 +164,7 @@ async def _serve_placeholder(started: Started, topology: fleet.Topology, procs: 
     follower = Follower(args=started.args, traits=started.traits, log=log,
                         joiner=fleet.Joiner(topology),
                         placeholder=http.PlaceholderServer(bool(started.args.get("enable_metrics"))),
-                        procs=procs, time_scale=started.time_scale)
+                        procs=procs, time_scale=started.startup_scale)
     schedule = startup_schedule(started.args, started.plan, started.traits)
     return await procs.supervise(follower.run(started.sock, schedule),
                                  phase=lambda: follower.state, stop=follower.stop_event.set,
@@ -198,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     time_scale = _time_scale(log)
     if time_scale is None:
         return 1
-    started = _start(args, release, traits, log, time_scale)
+    startup_scale = _time_scale(log, "LLMOPS_SIM_STARTUP_SCALE", str(time_scale))
+    if startup_scale is None:
+        return 1
+    started = _start(args, release, traits, log, time_scale, startup_scale)
     if isinstance(started, int):
         return started
     try:  # SGLang's scheduler and detokenizer processes (docs/engine-api.md "Processes")

@@ -35,11 +35,12 @@ class EngineConfig:
     radix_cache: bool  # the prefix cache (off with --disable-radix-cache)
     host_kv_tokens: int = 0  # the HiCache host KV pool (0 without HiCache)
     faults: Faults = Faults()  # injected faults (LLMOPS_SIM_FAIL_SHARE, ..._DECODE_SLOWDOWN)
+    startup_scale: float = 1.0  # wall seconds per modelled second of the start-up (load, pinning, warm-up)
 
     @classmethod
     def build(cls, *, args: dict[str, Any], plan: EnginePlan, gpu_name: str, release: str,
               traits: dict[str, Any], model_config: dict[str, Any], time_scale: float,
-              faults: Faults | None = None) -> EngineConfig:
+              faults: Faults | None = None, startup_scale: float | None = None) -> EngineConfig:
         model_path = str(args.get("model_path"))
         hybrid = plan.shape.is_hybrid
         return cls(
@@ -54,6 +55,7 @@ class EngineConfig:
             radix_cache=not args.get("disable_radix_cache"),
             host_kv_tokens=host_kv_tokens(plan),
             faults=faults or Faults(),
+            startup_scale=time_scale if startup_scale is None else startup_scale,
         )
 
 

@@ -70,7 +70,7 @@ class Follower:
     joiner: fleet.Joiner
     placeholder: _Placeholder
     procs: _Procs
-    time_scale: float
+    time_scale: float  # of the start-up (LLMOPS_SIM_STARTUP_SCALE): a follower only starts up
     state: str = "loading"  # loading -> placeholder -> stopping
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)  # a scheduler died loading
 

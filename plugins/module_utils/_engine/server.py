@@ -297,7 +297,7 @@ class HttpServer:
     async def _start_up(self, schedule: Schedule, start: float) -> bool:
         """The start-up lines, each at its modelled time (and, with several nodes, the nodes
         meeting); True when a stop came first."""
-        scale = self.engine.config.time_scale
+        scale = self.engine.config.startup_scale
         moved = await play_lines(schedule, self.log, start, scale, self._sleep_until,
                                  self._meet if self.meeting is not None else None)
         if moved is None:
@@ -350,7 +350,7 @@ class HttpServer:
         await self.engine.scheduler.one_token()
         self.log.access(f"INFO:     127.0.0.1:{random.randint(32768, 60999)} - "
                         '"POST /generate HTTP/1.1" 200 OK')
-        return await self._sleep_until(warm_start + WARMUP_SECONDS * self.engine.config.time_scale)
+        return await self._sleep_until(warm_start + WARMUP_SECONDS * self.engine.config.startup_scale)
 
     def _on_signal(self, sig: int) -> None:
         engine = self.engine

@@ -717,3 +717,23 @@ def test_health_503_while_draining(rec: Path, tmp_path: Path) -> None:
     finally:
         assert server.stop() == 0
     assert "Health check request received during shutdown. Returning 503." in server.log()
+
+
+def test_startup_scale_sets_the_start_ups_pace_apart_from_the_requests(rec: Path, tmp_path: Path) -> None:
+    """LLMOPS_SIM_STARTUP_SCALE (issue 27): a test that needs slow requests (long sweep levels)
+    need not wait for a start-up at the same pace. At LLMOPS_SIM_TIME_SCALE=100 the recorded
+    dense start-up (load, CUDA graphs, warm-up: tens of modelled seconds) would take hours; with
+    the start-up at 0.001 the server is ready within the usual bound, and still says it runs at
+    the requests' scale."""
+    model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
+    server = Server(["--model-path", model, "--port", str(_free_port())], tmp_path, "startup",
+                    LLMOPS_SIM_TIME_SCALE="100", LLMOPS_SIM_STARTUP_SCALE="0.001")
+    try:
+        server.wait_ready()
+        status, _, body = server.get("/get_server_info")
+        assert status == 200 and json.loads(body)["llmops_sim"]["time_scale"] == 100.0
+        assert "The server is fired up and ready to roll!" in server.log()
+    finally:
+        server.stop()
+    bad = _run_engine(["--model-path", model, "--port", str(_free_port())], LLMOPS_SIM_STARTUP_SCALE="fast")
+    assert bad.returncode == 1 and "invalid LLMOPS_SIM_STARTUP_SCALE='fast'" in bad.stderr + bad.stdout
