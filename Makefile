@@ -35,7 +35,7 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup router lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test demo clean stop
+.PHONY: help setup setup-newcore router lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
@@ -178,9 +178,12 @@ units-ansible-test: setup router
 # Ansible loads, and every test file that imports ansible or runs an Ansible program; the rule is
 # tests/conftest.py's ansible_facing), the integration subset, sanity. The pure-Python rest
 # imports nothing of ansible-core and runs once, in `make unit`.
-test-newcore: router
+setup-newcore:
+	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP setup-newcore: no Python >= 3.12 found"; exit 0; fi; \
+	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) setup
+
+test-newcore: router setup-newcore
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP test-newcore: no Python >= 3.12 found"; exit 0; fi; \
-	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) setup && \
 	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 4 --dist worksteal --durations=0 --ansible-facing tests/unit && \
 	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 2 --durations=0 tests/integration -k "(check_mode or systemd or fqcn or tarball or bad_profile) and not api_key" && \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
@@ -210,7 +213,19 @@ fleet-test: setup router
 	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q --durations=0 $(FLEET_TESTS) $(FLEET_ARGS)
 
-test: setup lint unit integration molecule build sanity test-newcore
+# The stages that leave the two cores idle part of the time (unit waits on its servers and sweeps,
+# molecule on its instances, sanity and lint are mostly one process, the newest core's venv on pip)
+# run side by side, each line prefixed with its stage (tools/side_by_side.py); then integration,
+# which keeps both cores busy alone, and the newest ansible-core (docs/DEVELOPING.md, issue 27).
+test: setup router
+	$(PY) tools/side_by_side.py \
+	  lint '$(MAKE) --no-print-directory lint' \
+	  unit '$(MAKE) --no-print-directory unit' \
+	  molecule '$(MAKE) --no-print-directory molecule' \
+	  sanity '$(MAKE) --no-print-directory build sanity' \
+	  setup-newcore '$(MAKE) --no-print-directory setup-newcore'
+	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory test-newcore
 	@echo "make test: all stages passed"
 
 # Line coverage of plugins/ over the unit and integration stages together (issue 27: it must not fall

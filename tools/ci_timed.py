@@ -35,14 +35,18 @@ STEPS = (
     ("molecule", "molecule test"),
     ("build", "ansible-galaxy collection build"),
     ("sanity", "ansible-test sanity --local"),
-    ("test-newcore", ".venv-new"),
+    ("test-newcore", "--ansible-facing"),
     ("e2e", "-n 2 -m e2e"),
     ("fleet-test", "tests/fleet"),
 )
 
 
-# .ci/run's line when one of the stages it runs side by side (e2e, fleet) ended.
-SIDE_BY_SIDE = re.compile(r"^\[(e2e|fleet)\] done after (\d+) s")
+# tools/side_by_side.py's line when one of the stages it runs side by side ended (make test's lint,
+# unit, molecule, sanity and the newest core's venv; .ci/run's e2e and fleet), and its line when
+# the whole group ended; a stage's own name in the step table (side_by_side.py's name -> STEPS').
+SIDE_BY_SIDE = re.compile(r"^\[([\w-]+)\] done after (\d+) s")
+GROUP = re.compile(r"^side by side \(([^)]*)\): (\d+) s")
+SIDE_STEPS = {"fleet": ("fleet-test",), "sanity": ("build", "sanity"), "setup-newcore": ()}
 # A row of pytest's `--durations=0` table (every stage's pytest prints one): seconds, phase, test.
 DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
 
@@ -102,6 +106,7 @@ def run_once(command: list[str], log_path: str) -> tuple[int, float, list[tuple[
     start = time.monotonic()
     marks: list[tuple[str, float]] = []
     side: list[tuple[str, float]] = []
+    groups: list[tuple[str, float, float]] = []
     seen: set[str] = set()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -117,15 +122,33 @@ def run_once(command: list[str], log_path: str) -> tuple[int, float, list[tuple[
                     marks.append((name, now))
             done = SIDE_BY_SIDE.match(line)
             if done:
-                side.append((f"{done[1]} (side by side)", float(done[2])))
+                side.append((done[1], float(done[2])))
+            group = GROUP.match(line)
+            if group:
+                groups.append((group[1], float(group[2]), now))
         rc = proc.wait()
     total = time.monotonic() - start
-    steps = _steps(marks, total)
-    if side:  # e2e and fleet-test run side by side: their own times, then the two together
-        steps = [(name, seconds) for name, seconds in steps if name not in ("e2e", "fleet-test")]
-        both = [(name, seconds) for name, seconds in _steps(marks, total) if name in ("e2e", "fleet-test")]
-        steps += side + [("e2e + fleet-test", sum(seconds for _, seconds in both))]
-    return rc, total, steps
+    return rc, total, _table(marks, side, groups, total)
+
+
+def _table(marks: list[tuple[str, float]], side: list[tuple[str, float]],
+           groups: list[tuple[str, float, float]], total: float) -> list[tuple[str, float]]:
+    """The steps in order: a sequential one's time from its start to the next one's; the stages
+    of a side-by-side group each with its own time, then the group's (its line ends it)."""
+    inside = {step for name, _ in side for step in SIDE_STEPS.get(name, (name,))}
+    steps: list[tuple[str, float]] = []
+    done: set[str] = set()
+    for name, seconds in _steps(marks, total):
+        if name not in inside:
+            steps.append((name, seconds))
+            continue
+        for label, names, group_seconds, _ in [(g[0], g[0].split(", "), g[1], g[2]) for g in groups]:
+            if label in done or not any(name in SIDE_STEPS.get(n, (n,)) for n in names):
+                continue
+            done.add(label)
+            steps += [(f"{n} (side by side)", s) for n, s in side if n in names]
+            steps.append((f"{label.replace(', ', ' + ')} (together)", group_seconds))
+    return steps
 
 
 def main() -> int:
