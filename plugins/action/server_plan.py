@@ -23,6 +23,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_archive
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import load_slurped_config
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import server_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.summary import plan_summary
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import read_inputs
 
 display = Display()
@@ -79,9 +80,10 @@ class ActionModule(ActionBase):
         return self._shown(result)
 
     def _shown(self, result: dict[str, Any]) -> dict[str, Any]:
-        """With ``show``, the plan is printed as the task's result (as debug prints)."""
+        """With ``show``, ``plan_summary``: what the deploy would do to each instance and why
+        (``_plan/summary.py``; the role prints it, ``-v`` prints the whole plan)."""
         if self._task.args.get("show"):
-            result["_ansible_verbose_always"] = True
+            result["plan_summary"] = plan_summary(result)
         return result
 
     # ------------------------------------------------------------------------------------------

@@ -42,7 +42,9 @@ options:
     type: bool
     default: false
   show:
-    description: Print the plan as the task's result at every verbosity (C(--check), C(--tags plan)).
+    description:
+      - Also return RV(plan_summary), what a deploy of the plan would do to each instance and why
+        (the server role prints it under C(--check) and C(--tags plan)).
     type: bool
     default: false
   plan:
@@ -84,6 +86,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+plan_summary:
+  description:
+    - With O(show), lines for a reader; the host with its release, profile, engine and services
+      (and the HiCache size); per instance C(start) (new, or not running), C(restart) (the flags
+      whose values change, C(environment changed), the release, the model's revision) or
+      C(stays), with its GPUs, port and command line; the instances of deployment.json the plan no
+      longer has (C(stop)); then the counts.
+    - Compared with deployment.json as the plan read it; at deploy time the instance's files decide.
+  returned: when O(show) is true
+  type: list
+  elements: str
+  sample:
+    - "gpu0: restart (--max-running-requests 16 -> 32) - GPU 0, port 30000"
 host:
   description: The inventory host the plan is for.
   returned: success

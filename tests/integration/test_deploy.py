@@ -70,6 +70,14 @@ def test_deploy_is_idempotent_and_restarts_only_what_changed(deployment: Deploym
     assert now["gpu0"] == pids["gpu0"]
     assert now["gpu1"] != pids["gpu1"] and not alive(pids["gpu1"])
 
+    # --tags plan says what a profile change would do, and why, per instance (issue 28 item 12)
+    shown = deployment.play("deploy.yml", "--tags", "plan", profile="baseline")
+    assert shown.rc == 0 and shown.changed == 0, shown.out[-4000:]
+    text = " ".join(shown.out.split())  # the YAML callback folds long lines
+    for name in ("gpu0", "gpu1"):
+        assert f"{name}: restart (" in text and "- --speculative-algorithm NEXTN" in text, shown.out[-4000:]
+    assert "in all: 2 restart" in text and deployment.pids() == now
+
     # a profile change restarts every instance whose argv changed (all of them here)
     fourth = deployment.play("deploy.yml", profile="baseline")
     assert fourth.rc == 0, fourth.out[-4000:]
@@ -201,10 +209,15 @@ def test_check_mode_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     dep = make_inventory(tmp_path)
     run = dep.play("deploy.yml", "--check", profile="mtp_hicache")
     assert run.rc == 0, run.out[-3000:]
-    assert "--hicache-size" in run.out and "CUDA_VISIBLE_DEVICES" in run.out
+    # what the deploy would do, per instance, not the whole plan (854 lines before, issue 28 item 12)
+    text = " ".join(run.out.split())
+    assert "localhost: 2 instance(s), SGLang 0.5.23 (sim engine, process services), profile mtp_hicache" in text
+    assert "gpu0: start (new: not in deployment.json) - GPU 0" in text and "in all: 2 start" in text, run.out[-3000:]
+    assert "--hicache-size" in run.out and "HiCache:" in run.out and "cgroup:" not in run.out
     assert not (dep.base / "deployment.json").exists()
     tags = dep.play("deploy.yml", "--tags", "plan", profile="mtp_hicache")
     assert tags.rc == 0 and tags.changed == 0 and "--speculative-num-draft-tokens" in tags.out
+    assert len(tags.out.splitlines()) < 150, len(tags.out.splitlines())
     assert not dep.base.exists()
 
 
