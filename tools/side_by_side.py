@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Run commands side by side, each line of their output prefixed with its name; exit non-zero
 when any of them failed (issue 27).
 
