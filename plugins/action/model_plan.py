@@ -48,6 +48,15 @@ class ActionModule(ActionBase):
                     module_args[name] = args[name]
             got = self._execute_module(module_name="llmops.sglang.model_revision", module_args=module_args,
                                        task_vars=task_vars)
+            if got.get("failed") and got.get("unreachable"):
+                # the Hub did not answer: what the hosts serve already may go on (saying so)
+                commit, message = _modelsource.offline_fallback(
+                    ref, str(got.get("msg", "")), _modelsource.deployed_commits(self._deployments(task_vars, hosts), repo))
+                if commit is None:
+                    return {**result, "failed": True, "changed": False, "resolved": resolved, "msg": message}
+                result.setdefault("warnings", []).append(message)
+                resolved[ref] = commit
+                continue
             if got.get("failed") or not got.get("commit"):
                 return {**result, "failed": True, "changed": False, "resolved": resolved,
                         "msg": f"cannot resolve {ref} to a commit: {got.get('msg', 'no commit returned')}"}
@@ -59,3 +68,16 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "changed": False, "resolved": resolved, "msg": str(err)}
         result.update(changed=False, resolved=resolved, hosts=plans)
         return result
+
+    @staticmethod
+    def _deployments(task_vars: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
+        """host -> the manifest of the deployment it serves: the role read each play host's
+        deployment.json (``__sglang_model_deployed``, a slurp) before this task."""
+        hostvars = task_vars.get("hostvars") or {}
+        out: dict[str, Any] = {}
+        for host in hosts:
+            facts = hostvars[host] if host in hostvars else {}
+            manifest = _modelsource.slurped_manifest(facts.get("__sglang_model_deployed") if hasattr(facts, "get") else None)
+            if manifest is not None:
+                out[host] = manifest
+        return out

@@ -18,6 +18,12 @@ description:
   - Resolves each Hub reference (C(repo@revision)) of the play to one commit, once, with
     M(llmops.sglang.model_revision) where the task runs (the controller - delegated to
     C(localhost), C(run_once)).
+  - When the Hub does not answer for a reference (refused, timed out, a 5xx; RV(llmops.sglang.model_revision#module:unreachable)),
+    as opposed to answering that the revision is not there, the commit the play's hosts serve
+    now (the snapshot folder of the C(--model-path) in each host's C(deployment.json), which
+    the model role reads first as C(__sglang_model_deployed)) is used when they all serve the same
+    one, with a warning saying so; otherwise the task fails naming the fixes (pin a staged commit,
+    C(sglang_hf_offline), a mirror in C(sglang_hf_endpoint)).
   - Returns per host its sources pinned to those commits, what it receives by copy and from
     where (C(sglang_model_stage_from) V(controller) or a seed host, and C({from_host, path})
     sources) and the folders its plan starts.

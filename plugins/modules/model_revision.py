@@ -68,6 +68,13 @@ requested:
   description: The revision asked for.
   returned: success
   type: str
+unreachable:
+  description:
+    - On failure, whether the Hub did not answer (refused, reset, timed out, a 5xx from it or a
+      proxy) rather than answering (a revision or repository that is not there, a refused token).
+      M(llmops.sglang.model_plan) may go on with what the hosts serve only in the first case.
+  returned: failure
+  type: bool
 """
 
 import os

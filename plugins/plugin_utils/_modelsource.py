@@ -19,6 +19,8 @@ plans every host of the play at once (``play_sources``, ``hub_refs``, ``play_pla
 """
 from __future__ import annotations
 
+import base64
+import json
 import posixpath
 from typing import Any
 
@@ -208,3 +210,59 @@ def play_plan(requests: dict[str, dict[str, Any]], play: dict[str, list[dict[str
                    "transfers": transfers(pinned[host], host, requests[host].get("stage_from") or "hub", shared,
                                           controller_cache_dir),
                    "paths": paths(pinned[host])} for host in play}
+
+
+def deployed_commits(deployments: dict[str, Any], repo: str) -> dict[str, str]:
+    """host -> the commit of ``repo`` its last deployment serves: the snapshot folder
+    (``.../models--org--name/snapshots/<commit>``) of an instance's ``--model-path`` in the host's
+    manifest (the ``sglang_deployment`` fact a deploy or status leaves). Hosts whose deployment
+    serves no snapshot of ``repo`` are left out."""
+    folder = "/" + posixpath.join(Layout("", repo, "").root.lstrip("/"), "snapshots") + "/"
+    out: dict[str, str] = {}
+    for host, manifest in deployments.items():
+        instances = manifest.get("instances") if isinstance(manifest, dict) else None
+        for inst in instances if isinstance(instances, list) else []:
+            if not isinstance(inst, dict):
+                continue
+            argv = [str(word) for word in inst.get("argv") or []]
+            path = argv[argv.index("--model-path") + 1] if "--model-path" in argv[:-1] else ""
+            at = path.find(folder)
+            commit = path[at + len(folder):].split("/", 1)[0] if at >= 0 else ""
+            if is_commit(commit):
+                out[host] = commit
+                break
+    return out
+
+
+def slurped_manifest(slurped: Any) -> dict[str, Any] | None:
+    """The manifest in a registered ``slurp`` of a host's deployment.json, or None (not there,
+    unreadable, not a manifest)."""
+    if not isinstance(slurped, dict) or not slurped.get("content"):
+        return None
+    try:
+        manifest = json.loads(base64.b64decode(str(slurped["content"])).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def offline_fallback(ref: str, hub_message: str, deployed: dict[str, str]) -> tuple[str | None, str]:
+    """The Hub did not answer for ``ref`` (``repo@revision``): (the commit to go on with, the
+    warning saying so) when the hosts' deployments serve one commit of the repo, else (None, the
+    failure naming the fixes)."""
+    repo, revision = ref.split("@", 1)
+    commits = sorted(set(deployed.values()))
+    if len(commits) == 1:
+        hosts = ", ".join(sorted(deployed))
+        return commits[0], (
+            f"the Hub did not answer for {ref} ({hub_message}); going on with commit {commits[0]}, the one "
+            f"deployed on {hosts} (whether {revision!r} still names it could not be checked). To say so, pin "
+            f"it: sglang_model: {{repo: {repo}, revision: {commits[0]}}}")
+    seen = ("; the hosts' deployments serve different commits of it: "
+            + ", ".join(f"{h} {c}" for h, c in sorted(deployed.items()))) if commits else ""
+    return None, (
+        f"cannot resolve {ref} to a commit: the Hub did not answer ({hub_message}){seen}. To deploy without "
+        f"it, pin a commit that is staged on the hosts (sglang_model: {{repo: {repo}, revision: <40-hex "
+        f"commit>}}: the folders under <sglang_model_cache_dir>/{Layout('', repo, '').root.lstrip('/')}/snapshots/ "
+        "are the staged commits) and set sglang_hf_offline: true to make no request; or point "
+        "sglang_hf_endpoint (HF_ENDPOINT) at a mirror that answers")

@@ -3,6 +3,7 @@ stand-in for the Hub; HF_ENDPOINT points the real, pinned huggingface_hub at it)
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +117,19 @@ def test_deploy_with_a_hub_id_stages_then_plans_from_the_staged_config(tmp_path,
             assert f"--model-path\n  {snapshot}\n" in script, script
         info = json.loads((Path(snapshot) / "config.json").read_text())
         assert info["model_type"]
+
+        # issue 28 item 9: the Hub down (a port nothing listens on), the same branch again: the
+        # commit the host serves goes on, saying so, and nothing restarts
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            down = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        pids = dep.pids()
+        again = _play(dep, "deploy.yml", "-e", "profile=baseline", sglang_model_path="", sglang_hf_endpoint=down,
+                      sglang_model={"repo": "llmops-test/tiny-qwen", "revision": "main"})
+        assert again.rc == 0 and again.changed == 0, again.out[-6000:]
+        text = " ".join(again.out.split())
+        assert f"going on with commit {_commit(hub)}, the one deployed on localhost" in text, again.out[-6000:]
+        assert dep.pids() == pids
     finally:
         cleanup(dep)
 

@@ -53,11 +53,22 @@ def client(endpoint: str) -> Any:
     return huggingface_hub
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether the Hub did not answer (refused, reset, timed out, a 5xx from it or its proxy), as
+    opposed to an answer (404 for a revision that is not there, 401/403): a deploy of what is
+    staged may go on without it (``model_plan``), a wrong revision must not."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "HfHubHTTPError" in names:  # the Hub (or a proxy in front of it) answered with a status
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        return isinstance(status, int) and status >= 500
+    return bool(names & {"TransportError", "ConnectionError", "TimeoutError"})
+
+
 def _hub_error(what: str, exc: Exception, token: str | None) -> StageError:
     text = f"{type(exc).__name__}: {exc}"
     if token:
         text = text.replace(token, "***")
-    return StageError(f"{what}: {text}")
+    return StageError(f"{what}: {text}", unreachable=unreachable(exc))
 
 
 def resolve(endpoint: str, repo: str, revision: str, token: str | None) -> str:

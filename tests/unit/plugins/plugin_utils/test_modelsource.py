@@ -46,3 +46,24 @@ def test_plan_pins_each_host_and_plans_the_seeds_copies() -> None:
     assert peer["kind"] == "peer" and peer["origin"] == "seed" and plan["h3"]["paths"] == {"model": "/models/m"}
     with pytest.raises(ms.SourceError, match="was not resolved to a commit"):
         ms.play_plan(requests, play, {}, "/ctl")
+
+
+def test_the_commit_a_deployment_serves_comes_from_its_model_path() -> None:
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._modelsource import (
+        deployed_commits,
+        slurped_manifest,
+    )
+
+    commit = "a" * 40
+    manifests = {
+        "h1": {"instances": [{"argv": ["--model-path", f"/c/models--org--m/snapshots/{commit}", "--port", "1"]}]},
+        "h2": {"instances": [{"argv": ["--model-path", f"/c/models--org--other/snapshots/{commit}"]}]},  # another repo
+        "h3": {"instances": [{"argv": ["--model-path", "/models/m"]}]},  # a folder, not a snapshot
+        "h4": {"instances": [{"argv": ["--model-path", "/c/models--org--m/snapshots/main"]}]},  # not a commit
+        "h5": {"instances": "garbage"},
+        "h6": None,
+    }
+    assert deployed_commits(manifests, "org/m") == {"h1": commit}
+    assert slurped_manifest({"content": "bm90IGpzb24="}) is None  # base64 of "not json"
+    assert slurped_manifest({"failed": True, "msg": "file not found"}) is None
+    assert slurped_manifest({"content": "eyJhIjogMX0="}) == {"a": 1}

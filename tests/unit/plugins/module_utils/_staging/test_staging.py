@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -235,8 +236,20 @@ def test_wrong_token_fails_with_the_hub_error_and_no_token_echo(server, repo, tm
 
 def test_resolve_branch_to_commit(server, repo):
     assert hub.resolve(server.endpoint, repo.name, "main", TOKEN) == repo.commit
-    with pytest.raises(StageError, match="could not resolve"):
+    with pytest.raises(StageError, match="could not resolve") as err:
         hub.resolve(server.endpoint, repo.name, "no-such-branch", TOKEN)
+    assert err.value.details == {"unreachable": False}  # the Hub answered: the revision is not there
+
+
+def test_a_hub_that_does_not_answer_is_told_apart_from_an_answer(repo):
+    """Issue 28 item 9: a deploy may go on with what is staged when the Hub did not answer
+    (refused here), never when it answered that the revision is not there (above)."""
+    with socket.socket() as sock:  # a port nothing listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    with pytest.raises(StageError, match="could not resolve") as err:
+        hub.resolve(f"http://127.0.0.1:{closed}", repo.name, "main", None)
+    assert err.value.details == {"unreachable": True}
 
 
 def test_request_refuses_a_branch_name(tmp_path):
