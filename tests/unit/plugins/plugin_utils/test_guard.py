@@ -175,14 +175,62 @@ def test_counter_reset_counts_from_the_restart() -> None:
     assert w["finished"] == pytest.approx(183 / 2)
     result = g.decide([w], [window(dense)])
     assert result["decision"] == g.PASS, result["reason"]
-    assert by_name(result)["throughput_per_running"]["verdict"] == g.NOT_MEASURED
+    # counted from the restart too: the same server's tokens per request-second
+    check = by_name(result)["throughput_per_running"]
+    assert check["verdict"] == g.PASS and check["canary"] == pytest.approx(check["baseline"], rel=0.01)
 
 
 def test_halved_throughput_per_running_request_fails() -> None:
+    """Every request twice as long for the same tokens: half the tokens per request-second,
+    on ~90 finished requests a side: significant, the canary fails."""
     dense = text("dense")
-    result = g.decide([window(dense, running=8.0)], [window(dense, running=4.0)])
+    slow = stretch(dense, "e2e_request_latency_seconds", 2.0)
+    result = g.decide([g.instance_window(scale(slow, 0.5), slow, 60.0)], [window(dense)])
     check = by_name(result)["throughput_per_running"]
-    assert check["verdict"] == g.FAIL and result["decision"] == g.FAIL
+    assert check["verdict"] == g.FAIL and result["decision"] == g.FAIL, check
+    assert check["canary"] == pytest.approx(check["baseline"] / 2, rel=0.02)
+    assert "ratio 0.5" in check["why"] and "p = " in check["why"]
+
+
+def test_throughput_per_running_comes_from_the_latencies_not_a_sampled_running_count() -> None:
+    """Issue 28 item 8: at light load the sampled num_running_reqs was mostly 0, and the check
+    made 2,687 tok/s per running request out of an ITL that allows far less (then failed a good
+    canary on it). Now: generation tokens / the finished requests' latencies summed, whatever
+    was sampled."""
+    dense = text("dense")
+    one, other = window(dense, running=0.01), window(dense, running=40.0)
+    for w in (one, other):
+        side = g.side([w], g.thresholds())
+        assert side["throughput_per_running"] == pytest.approx(w["generation_tokens"] / w["e2e"].sum)
+    assert g.side([one], g.thresholds())["throughput_per_running"] == g.side([other], g.thresholds())["throughput_per_running"]
+    # not above what the latencies allow: a request cannot make tokens faster than 1 / its mean ITL
+    itl = one["histograms"]["itl"]
+    assert g.side([one], g.thresholds())["throughput_per_running"] <= 1.0 / (itl.sum / itl.total)
+
+
+def test_a_throughput_difference_within_the_noise_of_a_light_window_does_not_decide() -> None:
+    """A few requests a side, the canary's slower by a factor the spread of their latencies
+    explains: below the ratio, not significant, not a failure (and named so)."""
+    dense = text("dense")
+    slow = stretch(dense, "e2e_request_latency_seconds", 1.6)
+    limits = {"min_requests": 5}
+    canary = g.instance_window(scale(slow, 0.97), slow, 60.0)
+    baseline = g.instance_window(scale(dense, 0.97), dense, 60.0)
+    check = by_name(g.decide([canary], [baseline], limits))["throughput_per_running"]
+    assert check["canary"] < 0.67 * check["baseline"], check
+    assert check["verdict"] == g.PASS and "within the noise" in check["why"], check
+    # fewer finished requests than min_requests: not judged at all
+    check = by_name(g.decide([canary], [baseline], {"min_requests": 50}))["throughput_per_running"]
+    assert check["verdict"] == g.NOT_MEASURED and "not judged" in check["why"]
+
+
+def test_an_inconclusive_latency_check_shows_values_not_counts_beside_its_limit() -> None:
+    dense = text("dense")
+    light = [g.instance_window(scale(dense, 0.97), dense, 60.0)]
+    check = by_name(g.decide(light, light, {"min_requests": 50}))["ttft"]
+    assert check["verdict"] == g.INCONCLUSIVE
+    assert isinstance(check["canary"], float) and check["canary"] < 10  # a mean in seconds
+    assert check["why"] == "ttft observations below min_requests (50): canary 5, baseline 5"
 
 
 def test_lower_accept_length_fails() -> None:
