@@ -126,7 +126,7 @@ def lines(verdict: Mapping[str, Any]) -> list[str]:
         if values:
             out.append(f"  {side}: {values['requests']:.0f} requests, {values['errors']:.0f} errors, "
                        f"TTFT mean {_fmt(values['ttft']['mean'])} s, ITL mean {_fmt(values['itl']['mean'])} s, "
-                       f"tokens/s per running request {_fmt(values['throughput_per_running'])}")
+                       f"tokens per request-second {_fmt(values['throughput_per_running'])}")
     for check in verdict.get("checks") or []:
         out.append(f"  {check['verdict']:>12}  {check['check']}: canary {_fmt(check['canary'])}, baseline "
                    f"{_fmt(check['baseline'])} ({check['limit'] or 'no limit'})")
