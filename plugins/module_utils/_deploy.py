@@ -136,6 +136,39 @@ def http_get(url: str, timeout: float, api_key: str | None = None) -> tuple[int,
         return 0, b""
 
 
+def http_post(url: str, body: Any, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:
+    """POST ``body`` as JSON; (status, body). Connection problems and timeouts give status 0."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read() if err.fp else b""
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, b""
+
+
+def warm_up(url: str, warmup: dict[str, Any], api_key: str | None = None,
+            poster: Callable[[str, Any, float, str | None], tuple[int, bytes]] = http_post,
+            clock: Callable[[], float] = time.monotonic) -> tuple[float, str]:
+    """One request as real traffic sends it, after ``/health_generate`` answered (issue 28 item 5:
+    on SGLang 0.5.17 the first *sampled* request took 100-140 s after readiness; greedy ones and
+    /health_generate did not pay it). (seconds it took, "" or why it failed)."""
+    path = "/" + str(warmup.get("path") or "/generate").lstrip("/")
+    timeout = float(warmup.get("timeout") or 300)
+    started = clock()
+    status, _ = poster(url.rstrip("/") + path, warmup.get("body") or {}, timeout, api_key)
+    took = round(clock() - started, 2)
+    if status == 200:
+        return took, ""
+    what = f"no answer within {timeout:g} s" if status == 0 else f"HTTP {status}"
+    return took, (f"/health_generate answered, but its warm-up request (POST {path}, sglang_ready_warmup) "
+                  f"failed: {what}")
+
+
 def wait_for_ready(
     instances: list[dict[str, Any]],
     *,
@@ -143,7 +176,9 @@ def wait_for_ready(
     request_timeout: float = 30.0,
     api_key: str | None = None,
     tail_lines: int = 50,
+    warmup: dict[str, Any] | None = None,
     getter: Callable[[str, float, str | None], tuple[int, bytes]] = http_get,
+    poster: Callable[[str, Any, float, str | None], tuple[int, bytes]] = http_post,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     unit_reader: Callable[[str], dict[str, str]] = unit_state,
@@ -153,8 +188,9 @@ def wait_for_ready(
     Each instance: {name, url, timeout, path?, log_file?, pid_file?, unit?}; ``path`` is the
     endpoint polled (default /health_generate; the router role waits for /health and /readiness). A server that died while
     loading fails at once (no point waiting out its timeout): its pid file names a dead
-    process, or its systemd unit failed or was restarted by systemd. Returns name -> result:
-    {ready, status, waited_s, ready_at, reason, log_tail}.
+    process, or its systemd unit failed or was restarted by systemd. With ``warmup`` ({path,
+    body, timeout}), an instance is ready once that request answered 200 too (``warm_up``).
+    Returns name -> result: {ready, status, waited_s, ready_at, reason, log_tail, warmup_s}.
     """
     results: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
@@ -171,8 +207,11 @@ def wait_for_ready(
         while True:
             status, _ = getter(url, request_timeout, api_key)
             if status == 200:
-                res = {"ready": True, "status": status, "waited_s": round(clock() - start, 2),
-                       "ready_at": utc_now(), "reason": "", "log_tail": ""}
+                took, failed_warmup = warm_up(inst["url"], warmup, api_key, poster, clock) if warmup else (None, "")
+                res = {"ready": not failed_warmup, "status": status, "waited_s": round(clock() - start, 2),
+                       "ready_at": None if failed_warmup else utc_now(), "reason": failed_warmup,
+                       "log_tail": log_tail(inst.get("log_file"), tail_lines) if failed_warmup else "",
+                       "warmup_s": took}
                 break
             alive = pid_alive(inst.get("pid_file"))
             failed = unit_failed(unit_reader(unit), restarts_before) if unit else ""
@@ -185,7 +224,7 @@ def wait_for_ready(
             if reason:
                 res = {"ready": False, "status": status, "waited_s": round(clock() - start, 2),
                        "ready_at": None, "reason": reason,
-                       "log_tail": log_tail(inst.get("log_file"), tail_lines)}
+                       "log_tail": log_tail(inst.get("log_file"), tail_lines), "warmup_s": None}
                 break
             sleep(interval)
         with lock:

@@ -65,6 +65,28 @@ options:
     description: What the instances are, for the failure message (C(instance gpu0 is not ready ...)).
     type: str
     default: instance
+  warmup:
+    description:
+      - After an instance answered 200, one request as real traffic sends it; the instance is
+        ready once that answered 200 too, and fails naming it otherwise. On SGLang 0.5.17 the first
+        I(sampled) request (C(temperature), C(top_p)) after readiness took 100-140 s on an H200,
+        while C(/health_generate) and greedy requests answered at once; without this the first
+        user (or the bench's warm-up) paid it.
+      - Omit it (or give an empty dict) for none.
+    type: dict
+    suboptions:
+      path:
+        description: The endpoint, SGLang's native C(/generate) by default.
+        type: str
+        default: /generate
+      body:
+        description: "The JSON body, e.g. C({text, sampling_params: {temperature, top_p, max_new_tokens}})."
+        type: dict
+        required: true
+      timeout:
+        description: Seconds the warm-up request may take.
+        type: float
+        default: 300
 author:
   - llmops.sglang contributors (@llmops)
 extends_documentation_fragment:
@@ -112,6 +134,9 @@ instances:
     reason:
       description: Why it is not ready (empty when ready).
       type: str
+    warmup_s:
+      description: Seconds the O(warmup) request took (null without one, or when it was not reached).
+      type: float
     log_tail:
       description: The last lines of its log when not ready.
       type: str
@@ -147,6 +172,11 @@ def main() -> None:
             "api_key": {"type": "str", "no_log": True},
             "log_tail_lines": {"type": "int", "default": 50},
             "what": {"type": "str", "default": "instance"},
+            "warmup": {"type": "dict", "options": {
+                "path": {"type": "str", "default": "/generate"},
+                "body": {"type": "dict", "required": True},
+                "timeout": {"type": "float", "default": 300},
+            }},
         },
         supports_check_mode=True,
     )
@@ -159,6 +189,7 @@ def main() -> None:
         request_timeout=params["request_timeout"],
         api_key=params["api_key"],
         tail_lines=params["log_tail_lines"],
+        warmup=params["warmup"] or None,
     )
     not_ready = [name for name, res in results.items() if not res["ready"]]
     if not_ready:

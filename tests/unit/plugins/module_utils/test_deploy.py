@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _deploy, _layout, _manifest
 
@@ -270,3 +271,31 @@ def test_status_line_and_instance_status() -> None:
     assert "NOT IN THE MANIFEST (left by an interrupted deploy" in _deploy.status_line(dict(st, in_manifest=False))
     assert _deploy.status_lines(True, [st], "held by run 12", "manifest rebuilt") == ["held by run 12", "manifest rebuilt", line]
     assert _deploy.status_lines(False, [], "held by run 12") == ["held by run 12", "no deployment on this host"]
+
+
+def test_ready_means_a_sampled_warm_up_request_answered_too() -> None:
+    """Issue 28 item 5: on SGLang 0.5.17 the first sampled request after /health_generate took
+    100-140 s on an H200. With a warm-up, readiness is after one such request answered, and the
+    result says how long it took; one that fails (or never answers) is named."""
+    posted: list[tuple[str, Any, float]] = []
+    ticks = iter(float(i) for i in range(1000))
+
+    def poster(url: str, body: Any, timeout: float, api_key: str | None) -> tuple[int, bytes]:
+        posted.append((url, body, timeout))
+        return (200 if "good" in url else 0), b""
+
+    warmup = {"path": "/generate", "body": {"text": "w", "sampling_params": {"temperature": 0.6, "top_p": 0.95}},
+              "timeout": 300}
+    results = _deploy.wait_for_ready([{"name": "a", "url": "http://good:1"}, {"name": "b", "url": "http://bad:2"}],
+                                     getter=FakeServer({}), poster=poster, warmup=warmup, clock=lambda: next(ticks))
+    assert results["a"]["ready"] and results["a"]["warmup_s"] is not None and results["a"]["reason"] == ""
+    assert sorted(url for url, _, _ in posted) == ["http://bad:2/generate", "http://good:1/generate"]
+    assert all(body == warmup["body"] and timeout == 300 for _, body, timeout in posted)
+    bad = results["b"]
+    assert not bad["ready"] and bad["ready_at"] is None
+    assert bad["reason"] == ("/health_generate answered, but its warm-up request (POST /generate, "
+                             "sglang_ready_warmup) failed: no answer within 300 s")
+    # without a warm-up nothing is posted
+    posted.clear()
+    assert _deploy.wait_for_ready([{"name": "a", "url": "http://good:1"}], getter=FakeServer({}), poster=poster)["a"]["ready"]
+    assert posted == []
