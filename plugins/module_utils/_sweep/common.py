@@ -98,6 +98,15 @@ class SweepInterrupted(SweepError):
 AUTH_STATUSES = (401, 403)
 
 
+def level_label(point: dict) -> str:
+    """A level in words: ``4 req/s`` for an open-loop (rate mode) level, whose ``concurrency`` is
+    only its in-flight cap (the same for every level), ``C=4`` otherwise (issue 28 item 3)."""
+    rate = point.get("offered_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        return f"{rate:g} req/s"
+    return f"C={point.get('concurrency')}"
+
+
 def auth_message(url: str, status: int, key_sent: bool) -> str:
     """What to do when the server refuses the request for want of the right API key."""
     if key_sent:

@@ -9,7 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._stats import clean, gain_per_doubling
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import ERROR_KINDS, OVERSUBSCRIPTION
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
+    ERROR_KINDS,
+    OVERSUBSCRIPTION,
+    level_label,
+)
 
 
 def oversubscription_warning(levels: Sequence[int], max_running: Any) -> str | None:
@@ -43,7 +47,7 @@ def error_warning(points: Sequence[dict[str, Any]]) -> str | None:
         return None
     first = next((p["error_messages"][0] for p in bad if p.get("error_messages")), None)
     return (
-        "requests failed at " + "; ".join(f"C={p['concurrency']}: {error_summary(p)}" for p in bad)
+        "requests failed at " + "; ".join(f"{level_label(p)}: {error_summary(p)}" for p in bad)
         + ". These levels are marked (status errors, or no_requests_ok when nothing succeeded) and left "
         "out of peak, knee and plateau" + (f". First error: {first}" if first else "")
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _progress
 from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS
+from ansible_collections.llmops.sglang.plugins.module_utils._stats import clean
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import (
     HAS_AIOHTTP,
     missing_aiohttp_message,
@@ -22,6 +23,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
     DEFAULT_CONCURRENCY,
     MAX_CONCURRENCY,
     SweepError,
+    level_label,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.curve import error_summary
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options import SweepOptions
@@ -89,20 +91,24 @@ def summary(facts: dict[str, Any]) -> str:
     limit = facts.get("slo_limit")
     if limit:
         parts.append(f"SLO limit {limit['highest_pass']} {limit['unit']} (lowest failing {limit['lowest_fail']})")
-    parts.append(f"knee C={knee['concurrency']}" if knee else "no knee")
+    parts.append(f"knee {level_label(knee)}" if knee else "no knee")
     if facts.get("stopped_on_plateau"):
         parts.append("stopped on plateau")
     if facts.get("stopped_on_timeout"):
         parts.append("stopped by sweep_timeout")
     if facts.get("levels_with_errors"):
-        parts.append("requests failed at C=" + ", ".join(map(str, facts["levels_with_errors"])))
+        if facts.get("mode") == "rate":  # every rate level has the same C (its in-flight cap)
+            parts.append("requests failed at " + ", ".join(level_label(p) for p in facts.get("points") or [] if not clean(p)))
+        else:
+            parts.append("requests failed at C=" + ", ".join(map(str, facts["levels_with_errors"])))
     return ", ".join(parts)
 
 
 def failed_levels(facts: dict[str, Any]) -> str:
-    """``C=4: 4 of 8 requests failed (50%: connection 4); C=8: ...`` for fail_on_errors."""
-    bad = [p for p in facts.get("points") or [] if p.get("concurrency") in (facts.get("levels_with_errors") or [])]
-    return "; ".join(f"C={p['concurrency']}: {error_summary(p)}" for p in bad)
+    """``C=4: 4 of 8 requests failed (50%: connection 4); C=8: ...`` (``4 req/s: ...`` in rate
+    mode) for fail_on_errors."""
+    bad = [p for p in facts.get("points") or [] if not clean(p)]
+    return "; ".join(f"{level_label(p)}: {error_summary(p)}" for p in bad)
 
 
 def run(module: Any) -> None:

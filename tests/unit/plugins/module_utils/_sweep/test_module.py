@@ -89,3 +89,23 @@ def test_ansible_doc() -> None:
     assert {"url", "api", "concurrency", "requests", "duration", "stop_on_plateau", "api_key"} <= set(options)
     assert options["api_key"].get("no_log", True)
     assert "sglang_sweep" in json.dumps(doc["return"])
+
+
+def test_rate_mode_speaks_of_the_offered_rate() -> None:
+    """Issue 28 item 3: in rate mode every level has the same C (its in-flight cap, 4096 on the
+    H200), so peak, knee and failed levels are named by their offered rate."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._sweep.curve import error_warning
+    from ansible_collections.llmops.sglang.plugins.module_utils._sweep.module import failed_levels, summary
+
+    ok = {"concurrency": 4096, "offered_rate": 2.0, "output_tok_s": 100.0, "status": "ok", "errors": {"total": 0},
+          "requests": 10, "ok": 10}
+    top = {**ok, "offered_rate": 4.0, "output_tok_s": 180.0}
+    bad = {**ok, "offered_rate": 8.0, "output_tok_s": 90.0, "status": "errors", "ok": 6, "requests": 10,
+           "errors": {"total": 4, "http_5xx": 4}, "error_rate": 0.4}
+    facts = {"mode": "rate", "points": [ok, top, bad], "peak": top, "knee": top, "levels_with_errors": [4096]}
+    text = summary(facts)
+    assert "peak 180.0 tok/s at rate=4 req/s" in text and "knee 4 req/s" in text, text
+    assert "requests failed at 8 req/s" in text and "C=4096" not in text, text
+    assert failed_levels(facts).startswith("8 req/s: 4 of 10 requests failed")
+    warning = error_warning(facts["points"])
+    assert warning is not None and warning.startswith("requests failed at 8 req/s: ") and "C=" not in warning
