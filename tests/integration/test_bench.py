@@ -136,8 +136,9 @@ def _bench_killing_gpu1(dep: Deployment, reports: Path, **extra) -> tuple[Run, d
     pids, urls = dep.pids(), {i["name"]: i["connect_url"] for i in dep.manifest()["instances"]}
     proc = dep.start("bench.yml", **FAULT, sglang_bench_reports_dir=str(reports), **extra)
     try:
-        # 1 warm-up + 8 level warm-up requests done, and 2 measured ones
-        assert _wait_for(lambda: _metric(urls["gpu1"], "num_requests_total") >= 11, 120.0), "gpu1 never swept"
+        # the deploy's warm-up (sglang_ready_warmup), the bench's warm-up + 8 level warm-up requests
+        # done, and 2 measured ones
+        assert _wait_for(lambda: _metric(urls["gpu1"], "num_requests_total") >= 12, 120.0), "gpu1 never swept"
         _kill_group(pids["gpu1"])
     finally:
         run = dep.finish(proc)
