@@ -62,8 +62,22 @@ class ActionModule(ActionBase):
         failed = [r for r in results if r.get("failed")]
         result.update(results=results, changed=any(r.get("changed") for r in results))
         if failed:
-            result.update(failed=True, msg="; ".join(str(r.get("msg")) for r in failed))
+            result.update(failed=True, msg="; ".join(self._why(r) for r in failed))
         return result
+
+    @staticmethod
+    def _why(res: dict[str, Any]) -> str:
+        """A failed job in words: its message, else what it left (a job that died without one
+        made the whole task fail with "msg: None")."""
+        item = res.get("item")
+        label = f"{item.get('role')}: {item.get('repo')}@{item.get('commit')}: " if isinstance(item, dict) else ""
+        if res.get("msg"):
+            return label + str(res["msg"])
+        left = str(res.get("exception") or res.get("module_stderr") or res.get("stderr") or "").strip()
+        return label + (f"the staging job failed without a message: {left[-800:]}" if left else
+                        "the staging job failed without a message"
+                        + (f" (rc {res['rc']})" if res.get("rc") is not None else "")
+                        + "; its log is the async job's file under ~/.ansible_async on the host")
 
     def _show(self, i: int, job: dict[str, Any], template: str, shown: dict[int, str]) -> None:
         """Print the job's last progress line when it changed since the last look."""

@@ -39,7 +39,8 @@ class ActionModule(ActionBase):
             seconds = float(args.get("seconds", 0))
             interval = float(args.get("interval", 1.0))
             _guard.thresholds(args.get("thresholds") or {})
-            on_inconclusive = _canary.check_on_inconclusive(args.get("on_inconclusive") or "proceed")
+            on_inconclusive = _canary.check_on_inconclusive(args.get("on_inconclusive") or "rollback")
+            rate = _canary.probe_rate(args.get("probe_rate", "auto"), args.get("thresholds") or {}, seconds)
             hostvars = task_vars.get("hostvars") or {}
             servers = list((task_vars.get("groups") or {}).get("sglang_servers") or [])
             picked = _canary.sides(hostvars, servers, host, list(args.get("canary") or []), router_host)
@@ -50,7 +51,7 @@ class ActionModule(ActionBase):
         window = self._execute_module(
             module_name="llmops.sglang.rollout_window", task_vars=task_vars,
             module_args={"urls": picked["canary"] + picked["baseline"], "seconds": seconds, "interval": interval,
-                         "probe_rate": float(args.get("probe_rate") or 0),
+                         "probe_rate": rate,
                          "router_metrics_url": args.get("router_metrics_url") or None,
                          **({"api_key": args["api_key"]} if args.get("api_key") else {})})
         if window.get("failed") or window.get("unreachable"):

@@ -52,7 +52,7 @@ class ActionModule(StepAction):
     """Run the named step; the manifest steps write it on the host when it changed."""
 
     NAME = "server_rollout"
-    STEPS = ("batches", "records", "manifest", "rollback_plan", "rolled_back")
+    STEPS = ("batches", "records", "manifest", "candidate", "rollback_plan", "rolled_back")
     ERRORS = (RolloutError, _rollback.RollbackError, KeyError, TypeError, ValueError)
 
     def step_batches(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +69,9 @@ class ActionModule(StepAction):
     def step_manifest(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         return self._manifest("manifest", args, task_vars)
 
+    def step_candidate(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return self._manifest("candidate", args, task_vars)
+
     def step_rolled_back(self, args: Mapping[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         return self._manifest("rolled_back", args, task_vars)
 
@@ -77,10 +80,15 @@ class ActionModule(StepAction):
         the restored instances back), then write it with server_files when it must be."""
         plan = _plan(args)
         restored = list(args.get("restored") or [])
+        host = str(args.get("host") or task_vars.get("inventory_hostname"))
         if step == "manifest":
-            built = _deployment.manifest(plan, host=str(args.get("host") or task_vars.get("inventory_hostname")),
-                                         services=args.get("services"), ready=args.get("ready"), restored=restored)
+            built = _deployment.manifest(plan, host=host, services=args.get("services"), ready=args.get("ready"),
+                                         restored=restored)
             write = _deployment.must_write(plan, built)
+        elif step == "candidate":
+            built = _deployment.candidate_manifest(plan, host=host, services=args.get("services"), ready=args.get("ready"),
+                                                   candidates=list(args.get("candidates") or []))
+            write = True
         else:
             built = _rollback.rolled_back(plan.get("previous") or {}, restored, dict(args.get("services") or {}),
                                           dict(args.get("ready") or {}))

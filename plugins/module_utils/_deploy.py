@@ -367,6 +367,9 @@ def status_line(status: dict[str, Any]) -> str:
         parts.append(f"health={status.get('health')}")
     if status.get("in_manifest") is False:
         parts.append("NOT IN THE MANIFEST (left by an interrupted deploy: stop.yml stops it, deploy.yml replaces it)")
+    if status.get("candidate"):
+        parts.append("CANDIDATE, NOT JUDGED (its rollout stopped while the guard watched it: rollback.yml puts back "
+                     "its previous configuration, deploy.yml replaces and judges it again)")
     return " ".join(parts)
 
 

@@ -74,6 +74,13 @@ options:
   progress_file:
     description: Append JSON lines of progress here (bytes, files, rate), 0600.
     type: path
+  lock_wait:
+    description:
+      - "Seconds to wait while another staging of the same repository into O(cache_dir) writes
+        (its lock, C(models--org--name/.stage.lock)) - the re-run of an interrupted C(stage.yml)
+        whose job still downloads waits for it, then finds its marker; after this it fails naming the pid."
+    type: float
+    default: 3600
   labels:
     description: Added to every progress line (for example the host name).
     type: dict
@@ -119,6 +126,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+waited_for:
+  description:
+    - Another staging of the repository held its lock first - its C(pid) and the C(seconds) this one
+      waited; null when none did. After the wait a complete marker of the commit ends this one
+      (nothing fetched, not changed).
+  returned: success
+  type: dict
 path:
   description: The snapshot folder (holds config.json), the model path SGLang starts with.
   returned: always
@@ -209,6 +223,7 @@ def main() -> None:
             "reserve_gib": {"type": "float", "default": 1.0},
             "progress_file": {"type": "path"},
             "labels": {"type": "dict", "default": {}},
+            "lock_wait": {"type": "float", "default": 3600},
             "keep_revisions": {"type": "int", "default": 0},
             "in_use_files": {"type": "list", "elements": "path", "default": []},
         },
@@ -226,7 +241,8 @@ def main() -> None:
             repo=p["repo"], commit=p["revision"], cache_dir=p["cache_dir"],
             endpoint=(p["endpoint"] or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
             token=token, offline=offline, verify=p["verify"], reserve_bytes=int(p["reserve_gib"] * 1024 ** 3),
-            progress_file=p["progress_file"], labels=p["labels"], check_mode=module.check_mode))
+            progress_file=p["progress_file"], labels=p["labels"], check_mode=module.check_mode,
+            lock_wait=p["lock_wait"]))
     except StageError as exc:
         msg = str(exc).replace(token, "***") if token else str(exc)
         module.fail_json(msg=msg, **exc.details)

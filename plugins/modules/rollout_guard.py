@@ -45,10 +45,13 @@ options:
     type: dict
     default: {}
   on_inconclusive:
-    description: What too little traffic to judge means - C(proceed) or C(rollback).
+    description:
+      - What a window that cannot decide (too little traffic, no baseline) means - C(rollback) (the
+        batch goes back and the rollout stops, naming the settings that would let it decide) or
+        C(proceed).
     type: str
     choices: [proceed, rollback]
-    default: proceed
+    default: rollback
   router_host:
     description: The inventory host of the router whose view of the workers is used.
     type: str
@@ -57,10 +60,13 @@ options:
     description: The router's Prometheus URL, for its per-worker outcomes (what a server cannot see, such as refused connections).
     type: str
   probe_rate:
-    description: C(sglang_rollout_guard_probe_rate) - requests per second of synthetic load sent to every
-      watched instance alike during the window (0 - none); said in the verdict's lines.
-    type: float
-    default: 0
+    description:
+      - C(sglang_rollout_guard_probe_rate) - requests per second of synthetic load sent to every
+        watched instance alike during the window, straight to the instance; said in the verdict's lines.
+      - C(auto) - enough for each instance alone to reach the guard's C(min_requests) in the window
+        (1.2 x min_requests / O(seconds)); a number; C(0) - none.
+    type: raw
+    default: auto
   interval:
     description: Seconds between samples of the running-requests gauge.
     type: float

@@ -26,6 +26,12 @@ description:
     O(ready), with O(restored) (the guard rolled them back) on their previous configuration;
     written on the host by M(llmops.sglang.server_files) unless the manifest read when planning
     was intact and is exactly this one (a no-change run writes nothing).
+  - V(candidate) - the manifest while the guard watches a batch - what runs at that moment - the
+    instances this run started (O(services)) with their new records, the watched ones
+    (O(candidates)) marked C(candidate) (not judged yet), the ones not reached yet as before; always
+    written. A rollout interrupted during the watch leaves it (status shows the candidate,
+    rollback.yml puts back its previous configuration, the next deploy replaces and judges it);
+    the manifest at the rollout's end replaces it.
   - V(rollback_plan) - from a host's O(manifest) alone, what a rollback on demand restarts and
     how (the instances with a previous configuration, of O(only)).
   - V(rolled_back) - the manifest after O(restored) went back to their previous configuration,
@@ -36,7 +42,7 @@ options:
   step:
     description: Which step.
     type: str
-    choices: [batches, records, manifest, rollback_plan, rolled_back]
+    choices: [batches, records, manifest, candidate, rollback_plan, rolled_back]
     required: true
   plan:
     description: The host's plan (M(llmops.sglang.server_plan)'s, or V(rollback_plan)'s); for every step but V(records) and V(rollback_plan).
@@ -98,14 +104,18 @@ options:
     description: V(records) - with systemd, the units queried after the start (their MainPID).
     type: dict
   host:
-    description: V(manifest) - the inventory host (default the task's).
+    description: V(manifest), V(candidate) - the inventory host (default the task's).
     type: str
   services:
-    description: V(manifest), V(rolled_back) - per instance its pid and whether this run (re)started it (V(records)).
+    description: V(manifest), V(candidate), V(rolled_back) - per instance its pid and whether this run (re)started it (V(records)).
     type: dict
   ready:
-    description: V(manifest), V(rolled_back) - per instance its readiness result (M(llmops.sglang.wait_ready)).
+    description: V(manifest), V(candidate), V(rolled_back) - per instance its readiness result (M(llmops.sglang.wait_ready)).
     type: dict
+  candidates:
+    description: V(candidate) - the instances the guard is about to watch.
+    type: list
+    elements: str
   restored:
     description: V(manifest), V(rolled_back) - the instances whose files went back to their previous configuration.
     type: list

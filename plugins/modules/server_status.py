@@ -178,6 +178,7 @@ def main() -> None:
             res = instance_status(inst, params["api_key"], params["timeout"],
                                   pids=procs.pids if procs is not None else [])
             res["in_manifest"] = inst.get("in_manifest", True)
+            res["candidate"] = bool(inst.get("candidate"))
             results.append(res)
     module.exit_json(changed=False, manifest_found=manifest is not None, manifest_state=found["state"],
                      manifest_problem=found["problem"], manifest=manifest, instances=results, running=sorted(running),

@@ -23,6 +23,28 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._routing import work
 ON_INCONCLUSIVE = ("proceed", "rollback")
 
 
+PROBE_MARGIN = 1.2  # auto: each instance alone reaches min_requests with this margin
+
+
+def probe_rate(value: Any, thresholds: Mapping[str, Any] | None, seconds: float) -> float:
+    """``sglang_rollout_guard_probe_rate`` as req/s to each watched instance: ``auto`` is enough
+    for each instance alone to reach the guard's ``min_requests`` in the window (issue 28 item 1:
+    behind sglang-router's cache_aware policy a re-added canary got 1 request in 300 s); a number
+    is itself; 0 is none."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        if seconds <= 0:
+            return 0.0
+        return round(PROBE_MARGIN * _guard.thresholds(thresholds)["min_requests"] / seconds, 3)
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        raise _guard.GuardError(f"sglang_rollout_guard_probe_rate={value!r}: it takes auto, a number of requests per "
+                                "second >= 0, or 0 for none") from None
+    if rate < 0:
+        raise _guard.GuardError(f"sglang_rollout_guard_probe_rate={value!r}: it takes auto, or a number >= 0")
+    return rate
+
+
 def check_on_inconclusive(value: Any) -> str:
     """``sglang_rollout_guard_on_inconclusive`` checked: proceed or rollback."""
     if value not in ON_INCONCLUSIVE:
@@ -69,7 +91,7 @@ def sides(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str], hos
 
 
 def judge(window: Mapping[str, Any], picked: Mapping[str, Any], overrides: Mapping[str, Any] | None,
-          on_inconclusive: str = "proceed") -> dict[str, Any]:
+          on_inconclusive: str = "rollback") -> dict[str, Any]:
     """The guard's verdict on one window (the rollout_window module's result), with
     ``rollback`` (what the role does) and ``lines`` (what the operator reads)."""
     on_inconclusive = check_on_inconclusive(on_inconclusive)
@@ -144,8 +166,17 @@ def lines(verdict: Mapping[str, Any]) -> list[str]:
 
 def stop_lines(verdict: Mapping[str, Any], host: str, batch: Sequence[str]) -> list[str]:
     """Why the rollout stops, before ``lines``: the batch rolled back and the reason, and the
-    instances whose files go back too without a restart (changed by this run, not yet replaced)."""
+    instances whose files go back too without a restart (changed by this run, not yet replaced);
+    for a window that could not decide, the settings that would let it."""
     out = [f"The rollout guard rolled back {', '.join(batch)} of {host} ({verdict['decision']}): {verdict['reason']}"]
+    if verdict.get("decision") == _guard.INCONCLUSIVE:
+        probe = verdict.get("probe") or {}
+        out.append(
+            f"the window ({verdict.get('seconds', 0):g} s, probe {probe.get('rate', 0):g} req/s to each instance) could "
+            "not decide, and a canary asked for is not rolled out unjudged: give it more traffic or time "
+            "(sglang_rollout_guard_probe_rate, sglang_rollout_canary_seconds / sglang_rollout_guard_seconds), "
+            "ask for fewer requests (sglang_rollout_guard: {min_requests: N}), keep an instance on the old "
+            "configuration as the baseline, or let an undecided window proceed (sglang_rollout_guard_on_inconclusive: proceed)")
     others = [n for n in verdict.get("restore") or [] if n not in batch]
     if others:
         out.append(f"files put back for {', '.join(others)} (still running the previous configuration)")

@@ -21,7 +21,10 @@ def diff(plan: Mapping[str, Any], previous: Mapping[str, Any] | None, changed: I
     (``in_manifest: false``: left by an interrupted deploy) is replaced when planned: what it
     runs is not known."""
     planned = [i["name"] for i in plan.get("instances", [])]
-    unlisted = {i.get("name") for i in (previous or {}).get("instances", []) or [] if i.get("in_manifest") is False}
+    # a candidate (its rollout stopped while the guard watched it, ``candidate``) is replaced
+    # too: it serves a configuration nothing judged
+    unlisted = {i.get("name") for i in (previous or {}).get("instances", []) or []
+                if i.get("in_manifest") is False or i.get("candidate")}
     touched = set(planned) if engine_changed else (set(changed or []) | unlisted) & set(planned)
     restart = [name for name in planned if name in touched]
     remove = [i for i in (previous or {}).get("instances", []) or [] if i.get("name") not in planned]
@@ -70,6 +73,28 @@ def manifest(plan: Mapping[str, Any], *, host: str, services: Mapping[str, Any] 
     kept = _manifest.with_previous(built, previous)
     names = list(restored or [])
     return _manifest.restore(kept, previous, names) if names else kept
+
+
+def candidate_manifest(plan: Mapping[str, Any], *, host: str, services: Mapping[str, Any] | None,
+                       ready: Mapping[str, Any] | None, candidates: Iterable[str]) -> dict[str, Any]:
+    """deployment.json while the guard watches a batch (issue 28 item 7: an interrupt there left
+    the canary serving the new configuration under the old manifest, and rollback.yml found "no
+    previous configuration recorded"): what runs at this moment. The instances this run started
+    (``services``) with their new records, each of ``candidates`` marked ``candidate: true`` (not
+    judged yet); the instances it has not reached yet as the previous manifest has them; each
+    record with its ``previous``. The manifest written at the end of the rollout replaces it."""
+    previous = dict(plan.get("previous") or {})
+    built = manifest(plan, host=host, services=services, ready=ready)
+    earlier = {i.get("name"): i for i in previous.get("instances") or [] if isinstance(i, Mapping)}
+    done, watched = set(services or {}), set(candidates)
+    instances = []
+    for record in built["instances"]:
+        name = record["name"]
+        if name in done:
+            instances.append({**record, "candidate": True} if name in watched else record)
+        elif name in earlier:
+            instances.append(dict(earlier[name]))
+    return {**built, "instances": instances, "rollout": {"candidates": sorted(watched), "state": "watching"}}
 
 
 def must_write(plan: Mapping[str, Any], built: Mapping[str, Any]) -> bool:

@@ -80,10 +80,13 @@ def rolled_back(manifest: Mapping[str, Any], names: Iterable[str], services: Map
             rec.update({"argv": prev.get("argv") or rec.get("argv"), "env_digest": prev.get("env_digest"),
                         "model_revision": prev.get("model_revision"), "release": prev.get("release"),
                         "previous": None, "rolled_back": left})
+            rec.pop("candidate", None)  # back on what served: nothing left to judge
             svc, rdy = services.get(rec["name"]) or {}, ready.get(rec["name"]) or {}
             rec["pid"] = svc.get("pid", rec.get("pid"))
             if rdy.get("ready_at"):
                 rec["ready_at"], rec["ready_after_s"] = rdy.get("ready_at"), rdy.get("waited_s")
         instances.append(rec)
     out["instances"] = instances
+    if not any(i.get("candidate") for i in instances):
+        out.pop("rollout", None)  # a candidate manifest's marker (_deployment.candidate_manifest)
     return out

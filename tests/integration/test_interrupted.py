@@ -275,3 +275,43 @@ def test_concurrent_runs_exclude_each_other_on_a_host(tmp_path: Path) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         cleanup(dep)
+
+
+def test_ctrl_c_during_the_canary_window_leaves_the_canary_known_and_rollback_puts_it_back(tmp_path: Path) -> None:
+    """Issue 28 item 7: SIGINT to deploy.yml's process group while the guard watches the canary
+    left gpu0 serving the new configuration under a manifest that said the old one: status showed
+    no drift, rollback.yml said "no previous configuration recorded". Now the manifest says what
+    runs (gpu0 the candidate, not judged), status says so, rollback.yml puts it back."""
+    from .test_router import router_inventory, stop_all
+
+    dep = router_inventory(tmp_path)
+    try:
+        assert dep.play("deploy.yml", profile="baseline").rc == 0
+        before = {i["name"]: i for i in dep.manifest()["instances"]}
+        proc = dep.start("deploy.yml", profile="baseline", sglang_max_running_requests=7, sglang_rollout_canary=1,
+                         sglang_rollout_canary_seconds=120)
+        reader = _Reader(proc)
+        watching = _until(lambda: reader.seen("Watch the replaced instances against the old configuration"), 240)
+        assert watching, reader.text()[-4000:]
+        time.sleep(1.0)  # inside the window
+        os.killpg(proc.pid, signal.SIGINT)
+        run = dep.finish(proc, timeout=120)
+        assert run.rc != 0, run.out[-3000:]
+        records = {i["name"]: i for i in dep.manifest()["instances"]}
+        canary = records["gpu0"]
+        assert canary["candidate"] is True, canary
+        assert canary["argv"][canary["argv"].index("--max-running-requests") + 1] == "7", canary["argv"]
+        assert canary["previous"]["argv"] == before["gpu0"]["argv"]
+        assert records["gpu1"]["argv"] == before["gpu1"]["argv"] and not records["gpu1"].get("candidate")
+        status = dep.play("status.yml")
+        assert "gpu0: up" in status.out and "CANDIDATE, NOT JUDGED" in " ".join(status.out.split()), status.out[-3000:]
+
+        back = dep.play("rollback.yml")
+        assert back.rc == 0, back.out[-4000:]
+        restored = {i["name"]: i for i in dep.manifest()["instances"]}
+        assert restored["gpu0"]["argv"] == before["gpu0"]["argv"] and not restored["gpu0"].get("candidate")
+        assert "rollout" not in dep.manifest()
+        after = dep.play("status.yml")
+        assert "CANDIDATE" not in after.out and after.out.count(": up http://127.0.0.1:") == 2, after.out[-3000:]
+    finally:
+        stop_all(dep)

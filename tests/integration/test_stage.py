@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +187,48 @@ def test_stage_from_controller_stages_once_there_and_copies_verified(tmp_path, h
     assert fixed.rc == 0 and fixed.changed > 0, fixed.out[-4000:]
     assert weight.read_bytes() == hub.repos["llmops-test/tiny-qwen"].files[weight.name]
     assert len(hub.log) == n
+
+
+@pytest.mark.e2e
+def test_ctrl_c_during_staging_then_a_rerun_never_leaves_a_wrong_snapshot_marked_complete(tmp_path, hub):
+    """Issue 28 item 10: SIGINT to stage.yml mid-download left its async job downloading; the
+    immediate re-run raced it into the same partial file (a file twice its size, sha256 wrong)
+    with complete/<commit>.json beside it, and failed with "msg: None". Now the re-run's stager
+    waits for the interrupted one (one stager per repository), then adopts what it staged."""
+    import os
+    import signal
+    import threading
+
+    repo = hub.repos["llmops-test/tiny-qwen"]
+    big = max(repo.files, key=lambda p: len(repo.files[p]))
+    hub.stall_after[big] = len(repo.files[big]) // 2  # the download hangs half way: slow enough to interrupt
+    dep = _inventory(tmp_path, hub)
+    env = {**dep.env(), "HF_TOKEN": TOKEN}
+    proc = subprocess.Popen(dep.command("stage.yml"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    cache = tmp_path / "models" / "models--llmops-test--tiny-qwen"
+    deadline = time.monotonic() + 240
+    while not [r for r in hub.requests("cdn") if big in r.path] and time.monotonic() < deadline:
+        time.sleep(0.2)  # bounded: until the big file's download began
+    assert [r for r in hub.requests("cdn") if big in r.path], "".join(lines)[-3000:]
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the playbook ends, its async job keeps downloading
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    listings = len([r for r in hub.log if "/tree/" in r.path])
+    again: dict[str, object] = {}
+    rerun = threading.Thread(target=lambda: again.update(run=_play(dep, "stage.yml")), daemon=True)
+    rerun.start()
+    while len([r for r in hub.log if "/tree/" in r.path]) <= listings and time.monotonic() < deadline:
+        time.sleep(0.2)  # the re-run's stager has listed: it is at the lock (or would race)
+    assert len([r for r in hub.requests("cdn") if big in r.path]) == 1  # nobody else fetches it meanwhile
+    del hub.stall_after[big]
+    hub.release()  # the interrupted job's download goes on and completes
+    rerun.join(timeout=300)
+    run = again["run"]
+    assert run.rc == 0, run.out[-4000:]
+    snapshot = cache / "snapshots" / _commit(hub)
+    for path, data in repo.files.items():
+        assert (snapshot / path).read_bytes() == data, path
+    assert (cache / "complete" / f"{_commit(hub)}.json").is_file()

@@ -14,11 +14,22 @@
    git blob sha1), move into the snapshot; a bad file is deleted and fetched once more; still bad:
    fail, and no marker.
 6. The marker, atomically, when every file checked.
+
+Every write (5 and 6) under the repository folder's lock (``<cache_dir>/models--org--name/.stage.lock``,
+an flock, the holder's pid in it): one stager writes a repository of a cache dir at a time. A
+second one (a re-run while an interrupted run's job still downloads) waits for the first, up to
+``lock_wait`` seconds, then looks again: a marker the first one wrote ends it (it adopts that
+staging), else it fetches what is still missing. Before (issue 28 item 10) two stagers appended
+to the same partial file: a file twice its size, with a completion marker beside it.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +66,7 @@ class Request:
     attempts: int = 2  # downloads of one file before its mismatch fails the staging
     labels: dict[str, Any] = field(default_factory=dict)
     check_mode: bool = False
+    lock_wait: float = 3600.0  # seconds to wait while another stager holds the repository's lock
 
     def validate(self) -> None:
         if not is_commit(self.commit):
@@ -82,6 +94,7 @@ class Result:
     free_bytes: int | None = None
     requests: str = "none"  # none | listing
     marker: str = ""
+    waited_for: dict[str, Any] | None = None  # {pid, seconds}: another stager held the lock first
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -165,6 +178,40 @@ def _finish(listing: Listing, lay: Layout, result: Result) -> Result:
     return result
 
 
+LOCK_NAME = ".stage.lock"
+
+
+@contextlib.contextmanager
+def repo_lock(lay: Layout, wait_s: float, result: Result, poll: float = 0.2) -> Iterator[None]:
+    """The repository folder's staging lock, held for the block (waits up to ``wait_s``)."""
+    os.makedirs(lay.root, exist_ok=True)
+    path = os.path.join(lay.root, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        started = time.monotonic()
+        holder = ""
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not holder:
+                    with contextlib.suppress(OSError):
+                        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+                if time.monotonic() - started >= wait_s:
+                    raise StageError(
+                        f"another staging of {lay.repo} into {lay.cache_dir} (pid {holder or '?'}) still runs after "
+                        f"{wait_s:g} s: let it finish (a re-run then finds it complete), or stop it") from None
+                time.sleep(poll)
+        if holder or time.monotonic() - started > poll:
+            result.waited_for = {"pid": holder or None, "seconds": round(time.monotonic() - started, 2)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def stage(req: Request) -> Result:
     """Stage ``req`` (see the module docstring for the order); raises StageError."""
     req.validate()
@@ -199,6 +246,19 @@ def stage(req: Request) -> Result:
     if req.check_mode:
         result.downloaded_files = [entry.path for entry in todo]
         return result
+    with repo_lock(lay, req.lock_wait, result):
+        if result.waited_for is not None:  # another stager wrote meanwhile: look again
+            marked = _marker_good(req, lay)
+            if marked is not None and not marked[1]:
+                result.changed = False  # it staged this very commit: adopted, nothing fetched here
+                return result
+            good = _good_files(listing, lay, {})
+            todo = [entry for entry in listing.files if entry.path not in good]
+        return _download(req, lay, listing, good, todo, result)
+
+
+def _download(req: Request, lay: Layout, listing: Listing, good: set[str], todo: list[RepoFile],
+              result: Result) -> Result:
     progress = Progress(req.progress_file, {**req.labels, "repo": req.repo, "commit": req.commit},
                         len(listing.files), listing.total_bytes)
     progress.files_done = len(good)

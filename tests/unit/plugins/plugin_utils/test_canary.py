@@ -105,13 +105,33 @@ def test_judge_passes_the_same_configuration_and_rolls_back_errors() -> None:
 
 
 def test_judge_inconclusive_follows_the_setting() -> None:
+    """Issue 28 item 1: an undecided window rolls back by default (a canary asked for is not
+    rolled out unjudged), and the stop names the numbers and the settings that would decide it;
+    proceed is for those who choose it."""
     dense = text("dense")
     little = {"min_requests": 10_000}
-    assert not c.judge(_window(dense, dense), PICKED, little)["rollback"]
-    verdict = c.judge(_window(dense, dense), PICKED, little, on_inconclusive="rollback")
-    assert verdict["decision"] == g.INCONCLUSIVE and verdict["rollback"]
+    verdict = c.judge(_window(dense, dense), PICKED, little)
+    assert verdict["decision"] == g.INCONCLUSIVE and verdict["rollback"] and verdict["on_inconclusive"] == "rollback"
+    stop = c.stop_lines({**verdict, "probe": {"rate": 0.2}}, "server1", ["gpu0"])
+    assert stop[0].startswith("The rollout guard rolled back gpu0 of server1 (inconclusive): too little traffic")
+    assert "probe 0.2 req/s to each instance" in stop[1] and "sglang_rollout_guard_probe_rate" in stop[1]
+    assert "sglang_rollout_canary_seconds" in stop[1] and "sglang_rollout_guard_on_inconclusive: proceed" in stop[1]
+    assert not c.judge(_window(dense, dense), PICKED, little, on_inconclusive="proceed")["rollback"]
     with pytest.raises(g.GuardError, match="proceed or rollback"):
         c.judge(_window(dense, dense), PICKED, {}, on_inconclusive="maybe")
+
+
+def test_the_probe_gives_each_watched_instance_enough_to_decide_by_default() -> None:
+    """Issue 28 item 1: behind sglang-router's default cache_aware policy a re-added canary got 1
+    request in its 300 s window. auto: each instance alone reaches min_requests in the window."""
+    assert c.probe_rate("auto", {}, 300) == pytest.approx(1.2 * 50 / 300)  # 0.2 req/s at the defaults
+    assert c.probe_rate("auto", {"min_requests": 10}, 20) == pytest.approx(0.6)
+    assert c.probe_rate(None, {}, 300) == c.probe_rate("AUTO", {}, 300)
+    assert c.probe_rate("auto", {}, 0) == 0.0
+    assert c.probe_rate(0, {}, 300) == 0.0 and c.probe_rate("2.5", {}, 300) == 2.5
+    for bad in ("fast", -1):
+        with pytest.raises(g.GuardError, match="sglang_rollout_guard_probe_rate"):
+            c.probe_rate(bad, {}, 300)
 
 
 def test_a_canary_without_metrics_fails() -> None:

@@ -4,7 +4,7 @@ module_utils/_deploy: controller-side, apart from the host-side tests in
 tests/unit/plugins/module_utils/test_deploy.py."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _deploy
+from ansible_collections.llmops.sglang.plugins.module_utils import _deploy, _manifest
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _deployment
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import server as server_plan
 
@@ -88,3 +88,38 @@ def test_the_manifest_is_written_only_when_it_is_not_the_intact_one_read_when_pl
                                 ready={})
     assert same == built and not _deployment.must_write(again, same)
     assert _deployment.must_write({**again, "previous_intact": False}, same)
+
+
+def test_while_the_guard_watches_the_manifest_says_what_runs_and_an_interrupt_leaves_it_rollable() -> None:
+    """Issue 28 item 7: Ctrl-C during the canary window left gpu0 serving the new configuration,
+    deployment.json saying the old one, status showing no drift, and rollback.yml saying "no
+    previous configuration recorded". The candidate manifest, written before the watch: gpu0 on
+    its new record, marked candidate, with the old one as its previous; gpu1 (not reached yet) as
+    it was; status names the candidate; rollback puts it back; the next deploy replaces it."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _deploy as deploy_utils
+    from ansible_collections.llmops.sglang.plugins.plugin_utils import _rollback
+
+    old = _deployment.manifest({**PLAN, "previous": None}, host="h", services={
+        "gpu0": {"pid": 10, "started": True}, "gpu1": {"pid": 11, "started": True}},
+        ready={"gpu0": {"ready_at": "T0", "waited_s": 1.0}, "gpu1": {"ready_at": "T0", "waited_s": 1.0}})
+    new_argv = ["--model-path", "/m", "--enable-hierarchical-cache"]
+    plan = {**PLAN, "instances": [{**i, "argv": new_argv} for i in PLAN["instances"]], "previous": old}
+    watched = _deployment.candidate_manifest(plan, host="h", services={"gpu0": {"pid": 20, "started": True}},
+                                             ready={"gpu0": {"ready_at": "T1", "waited_s": 2.0}}, candidates=["gpu0"])
+    gpu0, gpu1 = watched["instances"]
+    assert gpu0["name"] == "gpu0" and gpu0["argv"] == new_argv and gpu0["pid"] == 20 and gpu0["candidate"] is True
+    assert gpu0["previous"]["argv"] == ["--model-path", "/m"] and gpu0["previous"]["ready_at"] == "T0"
+    assert gpu1 == old["instances"][1]  # not reached: as it was, not candidate
+    assert watched["rollout"] == {"candidates": ["gpu0"], "state": "watching"}
+    # status shows it
+    line = deploy_utils.status_line({"name": "gpu0", "up": True, "url": "u", "process": "running", "candidate": True})
+    assert "CANDIDATE, NOT JUDGED" in line and "rollback.yml" in line
+    # rollback.yml puts it back on what served, and nothing is a candidate any more
+    targets = _manifest.rollback_targets(None, watched)
+    assert [t["name"] for t in targets if t["can_roll_back"]] == ["gpu0"]
+    back = _rollback.rolled_back(watched, ["gpu0"], {"gpu0": {"pid": 30}}, {"gpu0": {"ready_at": "T2", "waited_s": 1}})
+    assert back["instances"][0]["argv"] == ["--model-path", "/m"] and "candidate" not in back["instances"][0]
+    assert "rollout" not in back
+    # the next deploy of the same change replaces the candidate (to judge it), keeps gpu1's decision to its files
+    diff = _deployment.diff(plan, watched, [])
+    assert diff["restart"] == ["gpu0"] and diff["keep"] == ["gpu1"]

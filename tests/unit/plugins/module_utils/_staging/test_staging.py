@@ -329,3 +329,54 @@ def test_prune_keeps_the_staged_the_serving_and_the_newest_up_to_keep(tmp_path):
         prune.remove(str(tmp_path), repo, commit)
     assert prune.candidates(str(tmp_path), repo) == sorted([c[1], c[4]])
     assert Path(Layout(str(tmp_path), repo, c[1]).marker).exists()
+
+
+def test_a_second_stager_waits_for_the_first_and_adopts_its_staging(server, repo, tmp_path):
+    """Issue 28 item 10: after a Ctrl-C of stage.yml its async job kept downloading and the
+    re-run's stager raced it into the same partial file (2,121,842 bytes for 1,060,921 listed,
+    with a completion marker). Now one stager writes a repository at a time: the second waits on
+    the first (stalled mid-file here), then finds its marker and fetches nothing."""
+    import threading
+
+    size = len(repo.files[W2])
+    server.stall_after[W2] = size // 2 + 300_000
+    lay = _lay(repo, tmp_path)
+    results: dict[str, object] = {}
+
+    def run(name: str) -> None:
+        try:
+            results[name] = stage.stage(_req(server, repo, tmp_path))
+        except Exception as exc:  # noqa: BLE001 - the assertion below shows it
+            results[name] = exc
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    part = Path(lay.part(W2))
+    for _ in range(600):  # the first one is inside its download, holding the lock
+        if part.exists() and part.stat().st_size >= hub.CHUNK_BYTES:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the first stager never reached its download")
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    for _ in range(600):  # the second one has listed and is waiting (its listing request)
+        if len([r for r in server.log if "/tree/" in r.path]) >= 2:
+            break
+        time.sleep(0.1)
+    second.join(timeout=1.0)
+    assert second.is_alive()  # waiting on the lock, not downloading
+    assert len([r for r in server.requests("cdn") if W2 in r.path]) == 1
+    server.release()  # the first one finishes
+    del server.stall_after[W2]
+    first.join(timeout=120)
+    second.join(timeout=120)
+    one, two = results["first"], results["second"]
+    assert isinstance(one, stage.Result) and isinstance(two, stage.Result), results
+    assert one.changed and W2 in one.downloaded_files
+    assert not two.changed and two.downloaded_files == [] and two.waited_for is not None, two.to_json()
+    # the first one's own resume after the stalled connection closed (a Range request), nothing more
+    resumes = [r.headers.get("Range") or "" for r in server.requests("cdn") if W2 in r.path][1:]
+    assert len(resumes) == 1 and resumes[0].startswith("bytes="), resumes
+    assert Path(lay.file(W2)).read_bytes() == repo.files[W2] and Path(lay.marker).exists()
+    assert read_marker(lay.marker, repo.name, repo.commit) is not None
