@@ -10,7 +10,11 @@ from the state the previous one left:
    and the client load through the router saw no failure but the canary's own 500s;
 3. rollback.yml after a completed rollout restores the previous configuration under load with
    0 failed requests;
-4. the capacity floor refuses a batch size that would break it, before anything changes.
+4. the capacity floor refuses a batch size that would break it, before anything changes;
+5. the router back on its default policy (cache_aware, which starves a re-added worker), light
+   load, and no probe or policy setting: a slower canary (the embedded engine's decode 10x
+   slower, no failed request) is judged on the guard's automatic probe load and rolled back,
+   the fleet untouched and the clients without a failure (issue 28 item 1).
 
 The guard's latency limits are widened here (3x instead of 1.5x): the fleet's servers share two
 loaded cores, so their latencies move with the machine's load, not only with their
@@ -59,8 +63,8 @@ def _deploy(fleet: Fleet, version: str, **extra: Any):
                       sglang_rollout_reports_dir=str(fleet.reports_dir / "guard"), **extra)
 
 
-def _under_load(fleet: Fleet, action, concurrency: int = 4) -> tuple[Any, LoadClient]:
-    client = LoadClient(fleet.router_url(), concurrency=concurrency, pause=0.02, max_seconds=900,
+def _under_load(fleet: Fleet, action, concurrency: int = 4, pause: float = 0.02) -> tuple[Any, LoadClient]:
+    client = LoadClient(fleet.router_url(), concurrency=concurrency, pause=pause, max_seconds=900,
                         max_requests=1_000_000, distinct=True).start()
     time.sleep(3)
     client.mark("start")
@@ -182,6 +186,50 @@ def test_4_capacity_floor_refuses_a_batch_that_breaks_it(fleet: Fleet) -> None:
     ok = _deploy(fleet, "C", sglang_rollout_batch=1, sglang_rollout_min_available=5)
     assert ok.rc == 0, ok.out[-5000:]
     assert all(v == "C" for insts in _versions(fleet).values() for v in insts.values())
+    DONE["floor"] = True
+
+
+SLOWER = {"LLMOPS_SIM_DECODE_SLOWDOWN": "10"}
+
+
+def test_5_slower_canary_behind_the_default_policy_is_rolled_back_with_no_setting(
+        fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28 item 1: behind cache_aware a re-added canary got 1 request in its 300 s window and
+    the guard let an unjudged change through (`inconclusive -> proceed`). With no
+    sglang_rollout_guard_probe_rate and no policy given, the guard now sends the window the
+    traffic it needs (automatic probe load, to the canary and the instances it is compared
+    with alike) and the slower canary is rolled back. The window is 20 s, not 300: the guard's
+    automatic rate follows it."""
+    _needs("floor")
+    fleet.set_hostvars([h.name for h in fleet.routers], sglang_router_policy=None)  # the default
+    moved = _deploy(fleet, "C")
+    assert moved.rc == 0, moved.out[-5000:]
+    assert _wait_router(fleet, _advertised(fleet)) == _advertised(fleet)
+    before = _state(fleet)
+    run, client = _under_load(fleet, lambda: _deploy(fleet, "C", sglang_env=SLOWER, sglang_rollout_canary=1,
+                                                     sglang_rollout_canary_seconds=20, sglang_rollout_guard=GUARD),
+                              concurrency=1, pause=0.2)
+    assert run.rc != 0, run.out[-6000:]
+    assert "The rollout guard rolled back gpu0 of server1" in run.out and "guard: FAIL" in run.out, run.out[-6000:]
+    verdict = _verdicts(fleet)[-1]
+    assert verdict["decision"] == "fail" and verdict["rollback"], verdict
+    assert any(c["check"] == "itl" and c["verdict"] == "fail" for c in verdict["checks"]), verdict["checks"]
+    probe = verdict["probe"]
+    assert probe["rate"] > 0 and all(r["sent"] > 0 and r["failed"] == 0 for r in probe["instances"].values()), probe
+    assert len(probe["instances"]) == 6, probe  # the canary and every instance it is compared with
+    assert verdict["canary"]["requests"] >= GUARD["min_requests"], verdict["canary"]
+    after = _state(fleet)
+    assert all(v == "C" for insts in after.values() for _, v in insts.values()), after
+    assert after["server2"] == before["server2"] and after["server3"] == before["server3"], (before, after)
+    assert after["server1"]["gpu1"] == before["server1"]["gpu1"], (before, after)
+    assert "LLMOPS_SIM_DECODE_SLOWDOWN" not in (fleet.hosts["server1"].base_dir / "gpu0" / "env").read_text()
+    assert _wait_router(fleet, _advertised(fleet)) == _advertised(fleet)
+    assert client.failures() == [], client.failures()[:5]
+    with capsys.disabled():
+        print(f"\n[5] slower canary behind cache_aware, light load, no probe setting: rolled back, deploy.yml "
+              f"{run.seconds:.1f} s (rc {run.rc}); probe {probe['rate']:g} req/s to each of "
+              f"{len(probe['instances'])} instances; {len(client.records)} client requests, 0 failed; "
+              f"verdict: {verdict['reason']}")
 
 
 @pytest.mark.skipif(not os.environ.get("FLEET_MEASURE"), reason="FLEET_MEASURE=1: docs/fleet.md time model check")

@@ -25,7 +25,7 @@ def test_options_become_a_spec_with_types_choices_defaults_and_suboptions() -> N
 
 def test_a_step_actions_spec_is_its_documentation() -> None:
     spec = _docspec.argument_spec("server_rollout")
-    assert spec["step"]["choices"] == ["batches", "records", "manifest", "rollback_plan", "rolled_back"]
+    assert spec["step"]["choices"] == ["batches", "records", "manifest", "candidate", "rollback_plan", "rolled_back"]
     assert spec["policy"] == {"type": "str", "default": "parallel"} and spec["canary_alone"]["default"] is True
 
 
