@@ -35,7 +35,7 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup setup-newcore router lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test demo clean stop
+.PHONY: help setup setup-newcore router lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test browser-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
@@ -212,6 +212,18 @@ fleet-test: setup router
 	    timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends openssh-server; } >"$$log" 2>&1 \
 	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q --durations=0 $(FLEET_TESTS) $(FLEET_ARGS)
+
+# report.html in a real headless browser (tests/browser): Debian's Chromium, installed here from
+# apt when missing (root; each apt step bounded by FLEET_APT_TIMEOUT, its output shown only on
+# failure), driven over the DevTools protocol on loopback. .ci/run runs it beside e2e and fleet.
+browser-test: setup
+	@test -n "$$CHROMIUM" || command -v chromium >/dev/null || { echo "make browser-test: installing chromium (apt-get)"; \
+	  test "$$(id -u)" = 0 || { echo "make browser-test: needs root to install chromium, or CHROMIUM=/path/to/it"; exit 1; }; \
+	  log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
+	  { timeout $(FLEET_APT_TIMEOUT) apt-get update -qq && \
+	    timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends chromium; } >"$$log" 2>&1 \
+	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
+	$(BIN)/pytest -q --durations=0 tests/browser
 
 # The stages that leave the two cores idle part of the time (unit waits on its servers and sweeps,
 # molecule on its instances, sanity and lint are mostly one process, the newest core's venv on pip)

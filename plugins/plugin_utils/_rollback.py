@@ -51,6 +51,10 @@ def plan(manifest: Mapping[str, Any] | None, running: Iterable[str], *, ready_ti
             others[name] = "not asked for"
         elif not inst.get("rank0", True) or int(inst.get("nnodes") or 1) > 1:
             others[name] = "part of a multi-node TP group: roll its hosts back with a deploy of the old variables"
+        elif not inst.get("previous") and inst.get("rolled_back"):
+            others[name] = ("already rolled back: it serves the configuration it had before the last change (the one it "
+                            "left is kept in its rolled-back/ folder); rollback.yml goes one step back only: to go "
+                            "further, or forward again, deploy.yml with that configuration's variables")
         elif not inst.get("previous"):
             others[name] = "no previous configuration recorded (it never had another one that served)"
         else:

@@ -45,3 +45,15 @@ def test_each_instance_carries_what_the_batch_steps_start_and_wait_for() -> None
 def test_a_host_without_a_manifest_has_nothing_to_roll_back() -> None:
     with pytest.raises(_rollback.RollbackError, match="deploy first"):
         _rollback.plan(None, [])
+
+
+def test_a_second_rollback_says_the_instance_was_rolled_back_not_that_it_never_served_another() -> None:
+    """Issue 28 item 11: rollback.yml run twice said "it never had another one that served" of an
+    instance it had just put back."""
+    once = _rollback.rolled_back(MANIFEST, ["gpu0"], {"gpu0": {"pid": 7}}, {})
+    again = _rollback.plan(once, ["gpu0", "gpu1"])
+    assert again["targets"] == []
+    why = again["not_targets"]["gpu0"]
+    assert why.startswith("already rolled back") and "rolled-back/" in why and "deploy.yml" in why, why
+    assert "never had another" in again["not_targets"]["gpu1"]
+    assert "gpu0 stays: already rolled back" in " ".join(again["summary"])
