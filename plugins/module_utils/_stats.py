@@ -74,8 +74,8 @@ def _usable(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], boo
     measured = [p for p in points if (p.get("ok") or 0) > 0 and (p.get("output_tok_s") or 0) > 0 and clean(p)]
     good = [p for p in measured if not p.get("client_limited")]
     if good:
-        return sorted(good, key=lambda p: p["concurrency"]), False
-    return sorted(measured, key=lambda p: p["concurrency"]), bool(measured)
+        return sorted(good, key=_level), False
+    return sorted(measured, key=_level), bool(measured)
 
 
 def find_peak(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -84,8 +84,17 @@ def find_peak(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     usable, limited = _usable(points)
     if not usable:
         return None
-    best = max(usable, key=lambda p: (p["output_tok_s"], -p["concurrency"]))
-    return {"concurrency": best["concurrency"], "output_tok_s": best["output_tok_s"], "client_limited": limited}
+    best = max(usable, key=lambda p: (p["output_tok_s"], -_level(p)))
+    peak = {"concurrency": best["concurrency"], "output_tok_s": best["output_tok_s"], "client_limited": limited}
+    if best.get("offered_rate") is not None:  # an open-loop level: its C is only the in-flight cap
+        peak["offered_rate"] = best["offered_rate"]
+    return peak
+
+
+def _level(point: dict[str, Any]) -> float:
+    """Where a level sits on the sweep's axis: its offered rate (rate mode), else its concurrency."""
+    rate = point.get("offered_rate")
+    return float(rate) if rate is not None else float(point["concurrency"])
 
 
 def find_knee(
@@ -116,10 +125,13 @@ def find_knee(
             if gain is not None and gain < plateau_gain:
                 rule = "plateau"
         if rule:
-            return {
+            knee = {
                 "concurrency": point["concurrency"],
                 "output_tok_s": point["output_tok_s"],
                 "share_of_peak": round(x / top, 4) if top > 0 else None,
                 "rule": rule,
             }
+            if point.get("offered_rate") is not None:
+                knee["offered_rate"] = point["offered_rate"]
+            return knee
     return None  # pragma: no cover - the peak itself always meets the share rule

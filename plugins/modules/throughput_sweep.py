@@ -698,7 +698,8 @@ ansible_facts:
         peak:
           description: The level with the highest output_tok_s among usable levels - every request
             ok, not client-limited - (C(concurrency), C(output_tok_s), C(client_limited) true only if
-            every level without errors was client-limited); null when no level ran without errors.
+            every level without errors was client-limited; in rate mode also C(offered_rate), the level's rate, since
+            every rate level has the same C(concurrency), its in-flight cap); null when no level ran without errors.
           type: dict
           sample: {concurrency: 48, output_tok_s: 409.0, client_limited: false}
         knee:

@@ -149,7 +149,7 @@ def peak_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
     ran without errors) has none."""
     peak = sweep.get("peak")
     if isinstance(peak, dict) and num(peak.get("output_tok_s")) is not None:
-        return peak
+        return with_rate(peak, sweep)
     if "peak" in sweep and any(has_failed(p) for p in points_of(sweep)):
         return None  # the sweep found none: every level that had throughput had failed requests
     best: dict[str, Any] | None = None
@@ -159,14 +159,27 @@ def peak_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
         tok_s = num(point.get("output_tok_s"))
         if tok_s is not None and (best is None or tok_s > best["output_tok_s"]):
             best = {"concurrency": point["concurrency"], "output_tok_s": tok_s}
+            if num(point.get("offered_rate")) is not None:
+                best["offered_rate"] = point["offered_rate"]
     return best
+
+
+def with_rate(level: dict[str, Any], sweep: dict[str, Any]) -> dict[str, Any]:
+    """A peak or knee of a rate-mode sweep recorded without its level's rate (sweeps before
+    issue 28 item 3 kept only ``concurrency``, the in-flight cap every rate level shares, so the
+    H200's report said "Peak: 3062.1 tok/s at C=4096"): the rate of the point it names."""
+    if sweep.get("mode") != "rate" or num(level.get("offered_rate")) is not None:
+        return level
+    same = [p for p in points_of(sweep) if num(p.get("offered_rate")) is not None
+            and num(p.get("output_tok_s")) == num(level.get("output_tok_s"))]
+    return {**level, "offered_rate": same[0]["offered_rate"]} if same else level
 
 
 def knee_of(sweep: dict[str, Any]) -> dict[str, Any] | None:
     """The sweep's knee, or None when the sweep found none (never guessed here)."""
     knee = sweep.get("knee")
     if isinstance(knee, dict) and num(knee.get("concurrency")) is not None:
-        return knee
+        return with_rate(knee, sweep)
     return None
 
 

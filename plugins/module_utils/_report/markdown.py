@@ -18,6 +18,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report.common impor
     md_row,
     num,
     peak_of,
+    points_of,
     profiles_in_order,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._report.fleetview import render_fleet
@@ -85,13 +86,16 @@ def render_markdown(items: Sequence[dict[str, Any]], title: str | None = None) -
     if _fleet.has_router(items):
         sections.append(render_fleet(items))
     body = "\n\n".join(sections)
+    rated = any(num(p.get("offered_rate")) is not None for i in items for p in points_of(i["sweep"]))
+    level = ("level = the offered rate (open loop; each level's C is only the in-flight cap)" if rated
+             else "C = concurrency")
     intro = (
-        "Columns: C = concurrency, n = requests, ok = completed, err = failed (all kinds), "
+        f"Columns: {level}, n = requests, ok = completed, err = failed (all kinds), "
         "output tok/s = output tokens / wall time of the level (ramp-up and tail included), "
         "avg_out = output tokens per ok request, wall s = first send to last finish "
         "(model s on a time-scaled engine: the same in the seconds it models), "
         "TTFT/ITL = time to first token / inter-token latency (token level). "
-        "`!` after C: requests failed at that level; `*`: client-limited level; "
+        f"`!` after {'the level' if rated else 'C'}: requests failed at that level; `*`: client-limited level; "
         "`~`: throughput drifted within the level; "
         "n/m: not measurable at the engine's time scale. See docs/reports.md."
     )

@@ -83,11 +83,7 @@ def summary(facts: dict[str, Any]) -> str:
     peak = facts.get("peak")
     knee = facts.get("knee")
     parts = [f"{len(facts.get('points') or [])} levels"]
-    where = f"C={(peak or {}).get('concurrency')}"
-    if peak and facts.get("mode") == "rate":  # the peak's level by its rate (every level has C = the cap)
-        rates = [p.get("offered_rate") for p in facts.get("points") or [] if p.get("output_tok_s") == peak["output_tok_s"]]
-        where = f"rate={rates[0]:g} req/s" if rates else "rate ?"
-    parts.append(f"peak {peak['output_tok_s']} tok/s at {where}" if peak else "no successful level")
+    parts.append(f"peak {peak['output_tok_s']} tok/s at {level_label(peak)}" if peak else "no successful level")
     limit = facts.get("slo_limit")
     if limit:
         parts.append(f"SLO limit {limit['highest_pass']} {limit['unit']} (lowest failing {limit['lowest_fail']})")

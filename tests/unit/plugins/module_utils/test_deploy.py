@@ -125,7 +125,7 @@ def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
     first = _manifest.build(
         host="h", plan=PLAN, engine="sim", service_manager="process",
         services={"gpu0": {"pid": 10, "started": True}, "gpu1": {"pid": 11, "started": True}},
-        ready={"gpu0": {"ready_at": "T0", "waited_s": 1.0}, "gpu1": {"ready_at": "T0", "waited_s": 2.0}},
+        ready={"gpu0": {"ready_at": "T0", "waited_s": 1.0, "warmup_s": 0.4}, "gpu1": {"ready_at": "T0", "waited_s": 2.0}},
         python="/venv/bin/python",
     )
     assert first["schema_version"] == 2 and first["base_dir"] == "/b"
@@ -142,6 +142,7 @@ def test_manifest_keeps_ready_time_of_instances_that_kept_running() -> None:
     )
     assert second["instances"][0]["ready_at"] == "T0"
     assert second["instances"][0]["ready_after_s"] == 1.0
+    assert first["instances"][0]["warmup_s"] == 0.4 and second["instances"][0]["warmup_s"] == 0.4  # kept with it
     assert second["instances"][1]["ready_at"] == "T1"
     assert second["instances"][1]["pid"] == 12
     systemd = _manifest.build(host="h", plan=PLAN, engine="sglang", service_manager="systemd",

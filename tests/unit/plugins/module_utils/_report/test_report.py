@@ -595,3 +595,21 @@ def test_rate_levels_are_named_by_their_rate_not_their_in_flight_cap() -> None:
     assert line.startswith("h gpu0 [wall time] 8 req/s: 1658.3 tok/s") and "4096" not in line
     closed = _progress.describe(_progress.record({"concurrency": 8, "output_tok_s": 10.0}, {"host": "h"}))
     assert " C=8: 10 tok/s" in closed
+
+
+def test_a_real_rate_sweep_is_reported_by_its_offered_rate(tmp_path: Path, fixtures_dir: Path) -> None:
+    """Issue 28 item 3, as the H200 showed it after the first fix (run 8, SGLang 0.5.17,
+    tests/fixtures/sglang-0.5.17-h200-rate): the recorded sweep's peak kept only C=4096 (the
+    in-flight cap every rate level shares) and summary.md said "Peak: 3062.1 tok/s at C=4096"
+    under "Columns: C = concurrency". Rendered again from that recording, the report names the
+    peak's level by its rate and says what a level is; a new sweep records the rate itself
+    (_sweep/test_curve)."""
+    recorded = fixtures_dir / "sglang-0.5.17-h200-rate"
+    assert "Peak: 3062.1 tok/s at C=4096" in (recorded / "summary.md").read_text(encoding="utf-8")  # as recorded
+    result = json.loads((recorded / "h200-hybrid_gpu0_mtp_hicache.json").read_text(encoding="utf-8"))
+    assert "offered_rate" not in result["sweep"]["peak"]
+    write_report([result], str(tmp_path / "again"), latest_link=False)
+    md = (tmp_path / "again" / "summary.md").read_text(encoding="utf-8")
+    assert "Peak: 3062.1 tok/s at 16 req/s; knee: not found" in md, md
+    assert "C=4096" not in md and "Columns: C = concurrency" not in md
+    assert "Columns: level = the offered rate" in md

@@ -163,3 +163,14 @@ def test_error_warning_names_levels_and_kinds() -> None:
     assert "C=8: 16 of 16 requests failed (100%: connection 16)" in text
     assert "C=1" not in text and "left out of peak, knee and plateau" in text
     assert "First error: stream broken" in text
+
+
+def test_a_rate_sweeps_peak_and_knee_carry_the_levels_rate() -> None:
+    """Issue 28 item 3: every open-loop level has the same concurrency (the in-flight cap), so
+    the peak and the knee name their level by its offered rate; on a tie the lower rate wins."""
+    points = [{**_point(4096, tok), "offered_rate": rate} for rate, tok in ((2.0, 400.0), (4.0, 1000.0),
+                                                                            (8.0, 1480.0), (16.0, 1480.0))]
+    assert sw.find_peak(points) == {"concurrency": 4096, "output_tok_s": 1480.0, "client_limited": False,
+                                    "offered_rate": 8.0}
+    knee = sw.find_knee(points, 0.05)
+    assert knee is not None and knee["offered_rate"] == 8.0 and knee["concurrency"] == 4096

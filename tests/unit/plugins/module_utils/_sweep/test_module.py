@@ -104,7 +104,7 @@ def test_rate_mode_speaks_of_the_offered_rate() -> None:
            "errors": {"total": 4, "http_5xx": 4}, "error_rate": 0.4}
     facts = {"mode": "rate", "points": [ok, top, bad], "peak": top, "knee": top, "levels_with_errors": [4096]}
     text = summary(facts)
-    assert "peak 180.0 tok/s at rate=4 req/s" in text and "knee 4 req/s" in text, text
+    assert "peak 180.0 tok/s at 4 req/s" in text and "knee 4 req/s" in text, text
     assert "requests failed at 8 req/s" in text and "C=4096" not in text, text
     assert failed_levels(facts).startswith("8 req/s: 4 of 10 requests failed")
     warning = error_warning(facts["points"])
