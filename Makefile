@@ -226,18 +226,18 @@ browser-test: setup
 	$(BIN)/pytest -q --durations=0 tests/browser
 
 # The stages that leave the two cores idle part of the time (unit waits on its servers and sweeps,
-# molecule on its instances, sanity and lint are mostly one process, the newest core's venv on pip)
-# run side by side, each line prefixed with its stage (tools/side_by_side.py); then integration,
-# which keeps both cores busy alone, and the newest ansible-core (docs/DEVELOPING.md, issue 27).
+# molecule on its instances, sanity and lint are mostly one process, the newest core's venv on pip,
+# then its ansible-facing tests and sanity) run side by side, each line prefixed with its stage
+# (tools/side_by_side.py); then integration, which keeps both cores busy alone (docs/DEVELOPING.md,
+# issue 27).
 test: setup router
 	$(PY) tools/side_by_side.py \
 	  lint '$(MAKE) --no-print-directory lint' \
 	  unit '$(MAKE) --no-print-directory unit' \
 	  molecule '$(MAKE) --no-print-directory molecule' \
 	  sanity '$(MAKE) --no-print-directory build sanity' \
-	  setup-newcore '$(MAKE) --no-print-directory setup-newcore'
+	  newcore '$(MAKE) --no-print-directory test-newcore'
 	$(MAKE) --no-print-directory integration
-	$(MAKE) --no-print-directory test-newcore
 	@echo "make test: all stages passed"
 
 # Line coverage of plugins/ over the unit and integration stages together (issue 27: it must not fall

@@ -46,7 +46,8 @@ STEPS = (
 # the whole group ended; a stage's own name in the step table (side_by_side.py's name -> STEPS').
 SIDE_BY_SIDE = re.compile(r"^\[([\w-]+)\] done after (\d+) s")
 GROUP = re.compile(r"^side by side \(([^)]*)\): (\d+) s")
-SIDE_STEPS = {"fleet": ("fleet-test",), "sanity": ("build", "sanity"), "setup-newcore": ()}
+SIDE_STEPS = {"fleet": ("fleet-test",), "sanity": ("build", "sanity"), "setup-newcore": (),
+              "newcore": ("test-newcore",), "browser": ()}
 # A row of pytest's `--durations=0` table (every stage's pytest prints one): seconds, phase, test.
 DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
 
