@@ -124,22 +124,16 @@ def log_tail(path: str | None, lines: int = 50) -> str:
 
 def http_get(url: str, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:
     """GET a URL; (status, body). Connection problems give status 0."""
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as err:
-        return int(err.code), err.read() if err.fp else b""
-    except (urllib.error.URLError, OSError, ValueError):
-        return 0, b""
+    return _http(urllib.request.Request(url), timeout, api_key)
 
 
 def http_post(url: str, body: Any, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:
     """POST ``body`` as JSON; (status, body). Connection problems and timeouts give status 0."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    return _http(urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST",
+                                        headers={"Content-Type": "application/json"}), timeout, api_key)
+
+
+def _http(request: urllib.request.Request, timeout: float, api_key: str | None) -> tuple[int, bytes]:
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
