@@ -217,7 +217,7 @@ fleet-test: setup router
 # apt when missing (root; each apt step bounded by FLEET_APT_TIMEOUT, its output shown only on
 # failure), driven over the DevTools protocol on loopback. .ci/run runs it beside e2e and fleet.
 browser-test: setup
-	@test -n "$$CHROMIUM" || command -v chromium >/dev/null || { echo "make browser-test: installing chromium (apt-get)"; \
+	@test -n "$${CHROMIUM:-}" || command -v chromium >/dev/null || { echo "make browser-test: installing chromium (apt-get)"; \
 	  test "$$(id -u)" = 0 || { echo "make browser-test: needs root to install chromium, or CHROMIUM=/path/to/it"; exit 1; }; \
 	  log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
 	  { timeout $(FLEET_APT_TIMEOUT) apt-get update -qq && \
