@@ -203,7 +203,10 @@ def test_ctrl_c_during_staging_then_a_rerun_never_leaves_a_wrong_snapshot_marked
     big = max(repo.files, key=lambda p: len(repo.files[p]))
     hub.stall_after[big] = len(repo.files[big]) // 2  # the download hangs half way: slow enough to interrupt
     dep = _inventory(tmp_path, hub)
-    env = {**dep.env(), "HF_TOKEN": TOKEN}
+    # the stalled download waits for hub.release() however long the machine takes to get there:
+    # with huggingface_hub's 10 s read timeout the interrupted job itself fetched the file again
+    # (Range: bytes=<half>-) on a loaded machine, before the check that nobody else does
+    env = {**dep.env(), "HF_TOKEN": TOKEN, "HF_HUB_DOWNLOAD_TIMEOUT": "600"}
     proc = subprocess.Popen(dep.command("stage.yml"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
