@@ -167,7 +167,9 @@ def test_engine_mtp_running_capped_queue_growing_accept_length(tmp_path: Path) -
     # C=2 never queues at steady state; a scrape between two arrivals and the scheduler's next
     # step (late on a loaded machine) may catch both waiting, never more than are in flight
     assert low["running_max"] == 2.0 and low["queued_max"] <= 2.0 and low["queued_mean"] < 1.0
-    assert high["running_max"] == 4.0 and high["queued_max"] == 4.0
+    # C=8 behind 4 slots: 4 wait at steady state; a scrape before the scheduler's next step (late on a
+    # loaded machine: 7 seen once beside make test's other stages) may catch more, never more than 8
+    assert high["running_max"] == 4.0 and 4.0 <= high["queued_max"] <= 8.0 and high["queued_mean"] >= 2.0, high
     assert 3.0 < high["running_mean"] <= 4.0
     assert 0 < high["token_usage_max"] < 1
     # the demo model's MTP accept length (engine host.py default for NEXTN 3/1/4)
