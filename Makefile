@@ -35,13 +35,14 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup setup-newcore router lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test browser-test demo clean stop
+.PHONY: help setup setup-newcore router generated lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test browser-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
 	@echo "make demo         deploy mtp_hicache locally (embedded engine), status, throughput sweep + report"
 	@echo "make router       create $(ROUTER_VENV) with the pinned sglang-router (requirements-router.txt)"
 	@echo "make test         setup + lint + unit + integration + molecule + collection build + sanity"
+	@echo "make generated    rewrite what is derived from the declarations (role defaults, the sweep's spec, role READMEs)"
 	@echo "make lint         ansible-lint (production profile) + ruff + vermin (host-side code on Python 3.10)"
 	@echo "make sanity       ansible-test sanity on a copy of the working tree (every test but shellcheck; pylint on plugins/modules, plugins/filter and plugins/lookup)"
 	@echo "make sanity-newcore  the same with the newest ansible-core (.venv-new)"
@@ -69,6 +70,11 @@ $(ROUTER_STAMP): requirements-router.txt
 
 router: $(ROUTER_STAMP)
 	@$(ROUTER_VENV)/bin/python -c "import importlib.metadata as m; print('sglang-router', m.version('sglang-router'))"
+
+# Each option is declared once (a role's meta/argument_specs.yml, a module's DOCUMENTATION); the
+# files derived from them are rewritten here and checked by make unit (tests/unit/repo/test_declared.py).
+generated: setup
+	$(PY) tools/gen_declared.py
 
 lint: setup
 	$(BIN)/ruff check plugins tests tools

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Regenerate the variables section of each role's README from meta/argument_specs.yml.
+"""The variables section of each role's README, from meta/argument_specs.yml (run by
+tools/gen_declared.py, `make generated`, with the other files derived from the declarations).
 
-    .venv/bin/python tools/gen_role_readme.py          # rewrite
+    .venv/bin/python tools/gen_role_readme.py          # rewrite the READMEs only
     .venv/bin/python tools/gen_role_readme.py --check  # exit 1 when a README is stale
 
 The README keeps everything outside the markers <!-- BEGIN VARIABLES --> / <!-- END VARIABLES -->.
@@ -23,7 +24,7 @@ def _cell(value: object) -> str:
 
 
 def render(specs: dict) -> str:
-    out = [BEGIN, "", "_Generated from meta/argument_specs.yml by tools/gen_role_readme.py._", ""]
+    out = [BEGIN, "", "_Generated from meta/argument_specs.yml by tools/gen_declared.py (`make generated`)._", ""]
     seen: dict[int, str] = {}  # an entry point whose options are another's (a YAML alias) points there
     for entry, spec in specs["argument_specs"].items():
         out.append(f"### Entry point `{entry}`: {spec.get('short_description', '')}")

@@ -16,12 +16,17 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     validate_plan,
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import plain
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import declared
+
+# hicache_plan's keywords that default to the server role's variables (hicache_plan.yml)
+HICACHE_DEFAULTS = {"reserve_gib": "hicache_reserve_gib", "fraction": "hicache_fraction"}
 
 
 def hicache_plan_filter(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
     """``sglang_host | llmops.sglang.hicache_plan(release=..., instances=..., ...)``."""
     try:
-        return hicache_plan(plain(facts), **plain(kwargs))
+        defaults = {key: declared(keyword) for key, keyword in HICACHE_DEFAULTS.items()}
+        return hicache_plan(plain(facts), **{**defaults, **plain(kwargs)})
     except ValueError as exc:  # PlanError, UnknownReleaseError and bad values
         raise AnsibleFilterError(str(exc)) from None
     except TypeError as exc:

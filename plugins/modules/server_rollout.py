@@ -124,9 +124,8 @@ options:
     description: V(rollback_plan) - the host's manifest (M(llmops.sglang.server_status)'s).
     type: dict
   ready_timeout:
-    description: V(rollback_plan) - C(sglang_ready_timeout) (0 - from the engine and the HiCache size).
-    type: int
-    default: 0
+    description: V(rollback_plan) - C(sglang_ready_timeout) (0 or unset - from the engine and the HiCache size).
+    type: float
   time_scale:
     description: V(rollback_plan) - C(sglang_sim_time_scale) (the embedded engine's waits).
     type: float

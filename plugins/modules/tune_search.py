@@ -78,6 +78,7 @@ options:
   plateau_gain:
     description: V(record) - the gain below which a higher level is a plateau (C(sglang_tune_plateau_gain)).
     type: float
+    # derived: default of module throughput_sweep plateau_gain
     default: 0.05
   rest:
     description: V(record) - the sweep of the other levels, when there was one.

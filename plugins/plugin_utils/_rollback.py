@@ -27,7 +27,7 @@ class RollbackError(ValueError):
     """A manifest that cannot be rolled back; the message names the host and the fix."""
 
 
-def plan(manifest: Mapping[str, Any] | None, running: Iterable[str], *, ready_timeout: Any = 0,
+def plan(manifest: Mapping[str, Any] | None, running: Iterable[str], *, ready_timeout: Any,
          time_scale: Any = 1.0, only: Iterable[str] | None = None) -> dict[str, Any]:
     """``{backend, engine, python, base_dir, manifest_path, previous, running, instances,
     targets, not_targets, summary}``: ``targets`` are the instances (of ``only``, default every one) whose

@@ -18,20 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# The defaults of the rollout's variables: their one owner. roles/server/defaults/main.yml and
-# meta/argument_specs.yml, and deploy.yml's ``serial:`` default, repeat them;
-# tests/unit/test_defaults.py ties each copy to these. The rollout check reads the variables
-# from the hosts' hostvars, where a role's defaults are not: these apply there.
+from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
+
 DEFAULT_BATCH = "100%"
+# The variables deploy.yml's rollout check reads from the hosts' hostvars, where a role's defaults
+# are not: the server role's declared defaults (roles/server/meta/argument_specs.yml) apply there.
+# sglang_rollout_batch is a play's serial, no role variable: every host in one batch.
 DEFAULTS: dict[str, Any] = {
-    "sglang_rollout_min_available": None,     # no floor
-    "sglang_rollout_batch": DEFAULT_BATCH,    # every host in one batch (deploy.yml's serial)
-    "sglang_rollout_instances_at_once": 1,
-    "sglang_rollout_canary": 0,               # no canary
-    "sglang_rollout_canary_seconds": 300,
-    "sglang_rollout_guard": {},               # the guard's own thresholds (_guard.py)
-    "sglang_rollout_guard_seconds": 0,        # no guard window after each batch
-    "sglang_rollout_estimate": {},            # ESTIMATE_DEFAULTS below
+    "sglang_rollout_batch": DEFAULT_BATCH,
+    **{name: role_default("server", name) for name in (
+        "sglang_rollout_min_available", "sglang_rollout_instances_at_once", "sglang_rollout_canary",
+        "sglang_rollout_canary_seconds", "sglang_rollout_guard", "sglang_rollout_guard_seconds",
+        "sglang_rollout_estimate")},
 }
 # The rollout time model's costs in seconds (_rollouttime; sglang_rollout_estimate's keys) when
 # nothing better is known: the hand-run deployment's kind (docs/fleet.md "Rollout time model").

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
 
 SCHEMA_VERSION = 1
-APIS = ("openai", "native")
+APIS = tuple(ARGUMENT_SPEC["api"]["choices"])
 ERROR_KINDS = ("http", "stream", "timeout", "connection", "short")
-DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48)
+DEFAULT_CONCURRENCY: tuple[int, ...] = tuple(ARGUMENT_SPEC["concurrency"]["default"])
 # Client health: a level is client-limited when the event loop used this share of one CPU core
 # (a Python client cannot use more than one) or ran this late (p99) on its 10 ms ticks.
 CLIENT_CPU_LIMIT = 0.85
@@ -26,7 +27,7 @@ PROBE_TIMEOUT_S = 10.0
 MAX_ERROR_MESSAGES = 5
 # Level warm-up: max(C, prompts) requests of this many tokens and more (staggered) at the level's
 # own concurrency, discarded.
-LEVEL_WARMUP_TOKENS = 16
+LEVEL_WARMUP_TOKENS: int = ARGUMENT_SPEC["level_warmup_tokens"]["default"]
 # Drift: throughput of the second half of a level's window against the first; flagged when
 # the ratio is off 1 by more than this. A half needs this many tokens and token chunks to count.
 DRIFT_THRESHOLD = 0.15
@@ -48,7 +49,7 @@ LATENCY_JITTER_FACTOR = 10.0
 JITTER_FLOOR_MS = 0.5
 # The highest concurrency level accepted unless max_concurrency says otherwise: every level opens
 # that many connections and client tasks at once, far more than any one server runs.
-MAX_CONCURRENCY = 4096
+MAX_CONCURRENCY: int = ARGUMENT_SPEC["max_concurrency"]["default"]
 # A level above this many times the server's effective max_running_requests mostly waits in
 # its queue: warned about.
 OVERSUBSCRIPTION = 8

@@ -1,7 +1,8 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """What the ``llmops.sglang.throughput_sweep`` module does (``plugins/modules/throughput_sweep.py``
-is its documentation and this file's caller): its argument spec and ``run(module)``, which turns
+is its documentation and this file's caller): its argument spec (``spec.py``, generated from that
+documentation) and ``run(module)``, which turns
 the parameters into ``SweepOptions``, runs the sweep with the progress file and stop signals, and
 exits with the facts, a summary line and the warnings. ``module`` is the ``AnsibleModule`` (any
 object with ``params``, ``check_mode``, ``warn``, ``exit_json`` and ``fail_json``), so this file
@@ -19,63 +20,14 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import
     HAS_AIOHTTP,
     missing_aiohttp_message,
 )
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
-    DEFAULT_CONCURRENCY,
-    MAX_CONCURRENCY,
-    SweepError,
-    level_label,
-)
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import SweepError, level_label
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.curve import error_summary
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options import SweepOptions
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.run import run_sweep
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    "url": {"type": "str", "required": True},
-    "api": {"type": "str", "choices": ["openai", "native"], "default": "openai"},
-    "concurrency": {"type": "list", "elements": "int", "default": list(DEFAULT_CONCURRENCY)},
-    "requests": {"type": "int"},
-    "duration": {"type": "float"},
-    "max_tokens": {"type": "int", "default": 1024, "no_log": False},
-    "temperature": {"type": "float", "default": 0.6},
-    "top_p": {"type": "float", "default": 0.95},
-    "ignore_eos": {"type": "bool", "default": True},
-    "prompts": {"type": "list", "elements": "str"},
-    "warmup": {"type": "int", "default": 1},
-    "level_warmup": {"type": "bool", "default": True},
-    "level_warmup_tokens": {"type": "int", "default": 16, "no_log": False},
-    "timeout": {"type": "float", "default": 900.0},
-    "level_timeout": {"type": "float", "default": 1800.0},
-    "sweep_timeout": {"type": "float", "default": 7200.0},
-    "stop_on_plateau": {"type": "bool", "default": False},
-    "plateau_gain": {"type": "float", "default": 0.05},
-    "api_key": {"type": "str", "no_log": True},
-    "model": {"type": "str"},
-    "return_records": {"type": "bool", "default": True},
-    "validate_certs": {"type": "bool", "default": True},
-    "max_concurrency": {"type": "int", "default": MAX_CONCURRENCY},
-    "fail_on_errors": {"type": "bool", "default": False},
-    "watch_pid": {"type": "int"},
-    "heartbeat_file": {"type": "path"},
-    "heartbeat_timeout": {"type": "float", "default": 60.0},
-    "progress_file": {"type": "path"},
-    "progress_labels": {"type": "dict"},
-    "time_scale": {"type": "float"},
-    "client_processes": {"type": "raw", "default": 1},
-    "workload": {"type": "dict"},
-    "seed": {"type": "int"},
-    "flush_cache": {"type": "bool", "default": False},
-    "flush_timeout": {"type": "float", "default": 60.0},
-    "warm": {"type": "bool", "default": False},
-    "mode": {"type": "str", "choices": ["concurrency", "rate"], "default": "concurrency"},
-    "rates": {"type": "list", "elements": "float"},
-    "arrival": {"type": "str", "choices": ["poisson", "constant"], "default": "poisson"},
-    "level_duration_s": {"type": "float"},
-    "max_inflight": {"type": "int"},
-    "slo": {"type": "dict"},
-    "search": {"type": "bool", "default": False},
-    "search_tolerance": {"type": "float", "default": 0.05},
-    "repeats": {"type": "int", "default": 1},
-}
+__all__ = ["ARGUMENT_SPEC", "MUTUALLY_EXCLUSIVE", "failed_levels", "run", "summary"]
+
 MUTUALLY_EXCLUSIVE = [("requests", "duration")]
 
 

@@ -12,14 +12,15 @@ import random
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import SweepError
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
 
-MODES = ("concurrency", "rate")
-ARRIVALS = ("poisson", "constant")
+MODES = tuple(ARGUMENT_SPEC["mode"]["choices"])
+ARRIVALS = tuple(ARGUMENT_SPEC["arrival"]["choices"])
 # Seconds of arrivals per rate level when neither requests nor level_duration_s is given.
 DEFAULT_LEVEL_DURATION_S = 60.0
 MAX_REPEATS = 100
 # Relative step at which the SLO search stops bisecting, unless search_tolerance says otherwise.
-DEFAULT_SEARCH_TOLERANCE = 0.05
+DEFAULT_SEARCH_TOLERANCE: float = ARGUMENT_SPEC["search_tolerance"]["default"]
 # The most levels one SLO search measures (bracketing and bisection together).
 MAX_SEARCH_PROBES = 24
 # The seed when none is given (the workloads' default too).

@@ -5,6 +5,7 @@ of C clients needs.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -13,21 +14,28 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
     APIS,
     CLIENT_CPU_LIMIT,
     CLIENT_LAG_LIMIT_MS,
-    DEFAULT_CONCURRENCY,
     DEFAULT_PROMPTS,
     DRIFT_THRESHOLD,
     LATENCY_TOLERANCE,
-    LEVEL_WARMUP_TOKENS,
-    MAX_CONCURRENCY,
     SPARE_FILES,
     SweepError,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.openloop import (
-    DEFAULT_SEARCH_TOLERANCE,
     check_open_loop,
     open_loop_effective,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import parse_workload
+
+
+def _declared(name: str) -> Any:
+    """The field of option ``name`` with its documented default (plugins/modules/throughput_sweep.py,
+    through the generated ``spec.py``; None where the documentation gives none)."""
+    value = ARGUMENT_SPEC[name].get("default")
+    if isinstance(value, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(value))
+    return field(default=value)
+
 
 # The most client processes accepted: more than the host's cores only adds switching.
 MAX_CLIENT_PROCESSES = 256
@@ -95,54 +103,56 @@ def _with_workload(raw: SweepOptions, out: SweepOptions) -> SweepOptions:
 
 @dataclass
 class SweepOptions:
+    """The sweep's options; each default is the option's documented one (``_declared``)."""
+
     url: str
-    api: str = "openai"
-    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
-    requests: int | None = None  # per level; None: max(2*C, 8)
-    duration: float | None = None  # seconds per level instead of a request count
-    max_tokens: int = 1024
-    temperature: float = 0.6
-    top_p: float = 0.95
-    ignore_eos: bool = True
-    prompts: list[str] | None = None  # None: DEFAULT_PROMPTS
-    warmup: int = 1
-    level_warmup: bool = True  # a discarded round of C short requests before each level
-    level_warmup_tokens: int = LEVEL_WARMUP_TOKENS
-    timeout: float = 900.0  # per request, queueing at the server included
-    level_timeout: float = 1800.0
-    sweep_timeout: float = 7200.0
-    stop_on_plateau: bool = False
-    plateau_gain: float = 0.05
-    api_key: str | None = None
-    model: str | None = None
-    return_records: bool = True
-    validate_certs: bool = True
-    max_concurrency: int = MAX_CONCURRENCY
-    fail_on_errors: bool = False  # acted on by the module (the sweep itself always returns)
-    watch_pid: int | None = None  # stop when this process is gone (the controller's ansible)
+    api: str = _declared("api")
+    concurrency: list[int] = _declared("concurrency")
+    requests: int | None = _declared("requests")  # per level; None: max(2*C, 8)
+    duration: float | None = _declared("duration")  # seconds per level instead of a request count
+    max_tokens: int = _declared("max_tokens")
+    temperature: float = _declared("temperature")
+    top_p: float = _declared("top_p")
+    ignore_eos: bool = _declared("ignore_eos")
+    prompts: list[str] | None = _declared("prompts")  # None: DEFAULT_PROMPTS
+    warmup: int = _declared("warmup")
+    level_warmup: bool = _declared("level_warmup")  # a discarded round of C short requests before each level
+    level_warmup_tokens: int = _declared("level_warmup_tokens")
+    timeout: float = _declared("timeout")  # per request, queueing at the server included
+    level_timeout: float = _declared("level_timeout")
+    sweep_timeout: float = _declared("sweep_timeout")
+    stop_on_plateau: bool = _declared("stop_on_plateau")
+    plateau_gain: float = _declared("plateau_gain")
+    api_key: str | None = _declared("api_key")
+    model: str | None = _declared("model")
+    return_records: bool = _declared("return_records")
+    validate_certs: bool = _declared("validate_certs")
+    max_concurrency: int = _declared("max_concurrency")
+    fail_on_errors: bool = _declared("fail_on_errors")  # acted on by the module (the sweep itself always returns)
+    watch_pid: int | None = _declared("watch_pid")  # stop when this process is gone (the controller's ansible)
     # stop when nobody refreshed this file for heartbeat_timeout s (a controller on another host)
-    heartbeat_file: str | None = None
-    heartbeat_timeout: float = 60.0
+    heartbeat_file: str | None = _declared("heartbeat_file")
+    heartbeat_timeout: float = _declared("heartbeat_timeout")
     # the embedded engine's time scale when the server does not report one (a router in front
     # of engines): the sweep is then converted to modelled time like theirs
-    time_scale: float | None = None
-    client_processes: Any = 1  # client processes per level; 0 or "auto": more when client-limited
+    time_scale: float | None = _declared("time_scale")
+    client_processes: Any = _declared("client_processes")  # client processes per level; 0 or "auto": more when client-limited
     # what each request asks (workloads.py) and the seed of every random choice in it
-    workload: dict[str, Any] | None = None
-    seed: int | None = None  # None: openloop.DEFAULT_SEED (42, as the workloads' default)
-    flush_cache: bool = False  # POST /flush_cache before each measured level
-    flush_timeout: float = 60.0  # the server waits this long for idle before it flushes
-    warm: bool = False  # send each shared prefix once before each measured level
+    workload: dict[str, Any] | None = _declared("workload")
+    seed: int | None = _declared("seed")  # None: openloop.DEFAULT_SEED (42, as the workloads' default)
+    flush_cache: bool = _declared("flush_cache")  # POST /flush_cache before each measured level
+    flush_timeout: float = _declared("flush_timeout")  # the server waits this long for idle before it flushes
+    warm: bool = _declared("warm")  # send each shared prefix once before each measured level
     # open loop, goodput, SLO search, repeats (openloop.check_open_loop; docs/sweep.md)
-    mode: str = "concurrency"
-    rates: list[float] | None = None
-    arrival: str = "poisson"
-    level_duration_s: float | None = None
-    max_inflight: int | None = None
-    slo: dict[str, Any] | None = None
-    search: bool = False
-    search_tolerance: float = DEFAULT_SEARCH_TOLERANCE
-    repeats: int = 1
+    mode: str = _declared("mode")
+    rates: list[float] | None = _declared("rates")
+    arrival: str = _declared("arrival")
+    level_duration_s: float | None = _declared("level_duration_s")
+    max_inflight: int | None = _declared("max_inflight")
+    slo: dict[str, Any] | None = _declared("slo")
+    search: bool = _declared("search")
+    search_tolerance: float = _declared("search_tolerance")
+    repeats: int = _declared("repeats")
 
     def normalized(self) -> SweepOptions:
         """A checked copy: base URL without a trailing / or /v1, levels sorted and deduplicated."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._models import ARCH_KINDS
 from ansible_collections.llmops.sglang.plugins.module_utils._releases import DEFAULT_RELEASE
+from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, render
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import (
     DERIVED,
@@ -55,25 +56,35 @@ OWNED_FLAGS: dict[str, str] = {
 }
 
 
+def declared(keyword: str) -> Any:
+    """The server role's declared default of the variable ``keyword`` comes from
+    (``taskvars.REQUEST_VARIABLES``; roles/server/meta/argument_specs.yml)."""
+    return role_default("server", REQUEST_VARIABLES[keyword])
+
+
+def _declared(keyword: str) -> Any:
+    return field(default_factory=lambda: declared(keyword))
+
+
 @dataclass(frozen=True)
 class PlanRequest:
-    """The checked inputs of one host's plan."""
+    """The checked inputs of one host's plan; a default is the role variable's declared one."""
 
     profile: str
     model_path: str
     release: str = DEFAULT_RELEASE
     model_config: dict[str, Any] | None = None
     model_arch: str | None = None
-    tp_size: int = 1
+    tp_size: int = _declared("tp_size")
     gpus: list[int] | None = None  # None: every GPU of the host
-    base_port: int = 30000
+    base_port: int = _declared("base_port")
     nccl_port_base: int | None = None  # None: base_port + 1000
-    host_address: str = "127.0.0.1"
+    host_address: str = _declared("host_address")
     advertise_address: str | None = None
-    base_dir: str = "/opt/sglang"
+    base_dir: str = _declared("base_dir")
     hicache_size_gb: int | None = None  # None: the profile's size (sized from the facts)
-    hicache_fraction: float = 0.75
-    hicache_reserve_gib: float = 10.0
+    hicache_fraction: float = _declared("hicache_fraction")
+    hicache_reserve_gib: float = _declared("hicache_reserve_gib")
     extra_args: list[tuple[str, list[str] | None]] = field(default_factory=list)
     user_profiles: dict[str, Any] = field(default_factory=dict)
     force_busy: bool = False
@@ -108,17 +119,18 @@ class PlanRequest:
             release=checker.text("release") or DEFAULT_RELEASE,
             model_config=checker.mapping("model_config"),
             model_arch=checker.choice("model_arch", ARCH_KINDS),
-            tp_size=checker.integer("tp_size", default=1, low=1),
+            tp_size=checker.integer("tp_size", default=declared("tp_size"), low=1),
             gpus=checker.gpu_list("gpus"),
-            base_port=checker.integer("base_port", default=30000, low=1, high=65535),
+            base_port=checker.integer("base_port", default=declared("base_port"), low=1, high=65535),
             nccl_port_base=checker.auto_integer("nccl_port_base", low=1, high=65535,
                                                 auto="0 = sglang_base_port + 1000"),
-            host_address=checker.text("host_address") or "127.0.0.1",
+            host_address=checker.text("host_address") or declared("host_address"),
             advertise_address=checker.text("advertise_address"),
-            base_dir=checker.text("base_dir") or "/opt/sglang",
+            base_dir=checker.text("base_dir") or declared("base_dir"),
             hicache_size_gb=checker.auto_integer("hicache_size_gb", low=1, auto="0 = sized from the host's facts"),
-            hicache_fraction=checker.number("hicache_fraction", default=0.75, low=0.0, high=1.0, low_open=True),
-            hicache_reserve_gib=checker.number("hicache_reserve_gib", default=10.0, low=0.0),
+            hicache_fraction=checker.number("hicache_fraction", default=declared("hicache_fraction"), low=0.0, high=1.0,
+                                            low_open=True),
+            hicache_reserve_gib=checker.number("hicache_reserve_gib", default=declared("hicache_reserve_gib"), low=0.0),
             extra_args=checker.extra_args("extra_args"),
             user_profiles=checker.mapping("user_profiles") or {},
             force_busy=checker.boolean("force_busy"),

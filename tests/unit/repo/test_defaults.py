@@ -1,14 +1,14 @@
-"""One value per default: the roles' defaults/main.yml and meta/argument_specs.yml, the modules'
-DOCUMENTATION and argument_spec, and the Python that does the work (SweepOptions, PlanRequest,
-hicache_plan, the filters' docs) against their owner, plugins/module_utils/_defaults.py.
+"""What the declarations do not derive yet: the roles' defaults against their declared types, a
+variable of several roles, each module's DOCUMENTATION against its hand-written argument_spec, role
+variables passed to a module option of the same meaning, the release, deploy.yml's serial. (The
+roles' defaults/main.yml, the sweep's argument spec and the Python objects' defaults are derived
+from the declarations: tests/unit/repo/test_declared.py.)
 
 Each check names every place that disagrees, with both values, so that a failure says what to fix.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _defaults
 from ansible_collections.llmops.sglang.plugins.module_utils._releases import DEFAULT_RELEASE
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _docspec
 
 ROOT = Path(__file__).resolve().parents[3]
-ROLES = ("server", "bench", "router", "tune")
+ROLES = ("server", "bench", "router", "tune", "model")
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if "AnsibleModule(" in p.read_text())
 # Plan fields the role computes from a variable rather than passing it (api_key_env: whether
 # sglang_api_key is set).
@@ -180,154 +179,20 @@ def test_module_documentation_and_argument_spec_agree(name: str, monkeypatch: py
 # ---------------------------------------------------------------------------------------------
 
 
-def _dataclass_defaults(cls: type) -> dict[str, Any]:
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
+def test_the_release_default_is_one_the_server_role_accepts() -> None:
+    release = role_specs("server")["main"]["sglang_version"]
+    assert same(release["default"], DEFAULT_RELEASE), (release["default"], DEFAULT_RELEASE)
+    assert DEFAULT_RELEASE in release.get("choices", [DEFAULT_RELEASE])
 
 
-def _owner_vs(owner: dict[str, Any], where: str, values: dict[str, Any], *, empty_is_unset: bool = False) -> list[str]:
-    problems = []
-    for key, expected in owner.items():
-        if key not in values:
-            continue
-        value = values[key]
-        ok = same_or_unset(value, expected) if empty_is_unset else same(value, expected)
-        if not ok:
-            problems.append(f"{where}: {key} is {value!r}, _defaults says {expected!r}")
-    return problems
-
-
-def test_the_sweep_options_have_one_default_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    """_defaults.SWEEP against the throughput_sweep module (code and docs), SweepOptions, the bench
-    role (sglang_bench_<option>, defaults and argument specs), the tune role's levels and gain."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import SweepOptions
-
-    owner = _defaults.SWEEP
-    spec = module_argument_spec("throughput_sweep", monkeypatch)
-    missing = sorted(set(owner) - set(spec))
-    assert not missing, f"_defaults.SWEEP names options the module does not have: {missing}"
-    problems = _owner_vs(owner, "throughput_sweep argument_spec", {k: v.get("default") for k, v in spec.items()})
-    problems += _owner_vs(owner, "throughput_sweep DOCUMENTATION",
-                          {k: v.get("default") for k, v in module_doc_options("throughput_sweep").items()})
-    problems += _owner_vs(owner, "SweepOptions", _dataclass_defaults(SweepOptions))
-    bench = role_defaults("bench")
-    bench_spec = role_specs("bench")["main"]
-    mapped = {opt: f"sglang_bench_{opt}" for opt in spec if f"sglang_bench_{opt}" in bench}
-    assert {"timeout", "concurrency", "plateau_gain", "max_tokens"} <= set(mapped)
-    tune = {"concurrency": "sglang_tune_concurrency_levels", "plateau_gain": "sglang_tune_plateau_gain"}
-    for role, names, defaults, entry in (("bench", mapped, bench, bench_spec),
-                                         ("tune", tune, role_defaults("tune"), role_specs("tune")["main"])):
-        for opt, var in names.items():
-            if opt not in owner or _templated(defaults[var]):
-                continue
-            if not same_or_unset(defaults[var], owner[opt]):
-                problems.append(f"roles/{role}/defaults/main.yml: {var} is {defaults[var]!r}, "
-                                f"_defaults.SWEEP[{opt!r}] (throughput_sweep's {opt}) is {owner[opt]!r}")
-            if "default" in entry.get(var, {}) and not same_or_unset(entry[var]["default"], owner[opt]):
-                problems.append(f"roles/{role}/meta/argument_specs.yml: {var} defaults to {entry[var]['default']!r}, "
-                                f"_defaults.SWEEP[{opt!r}] (throughput_sweep's {opt}) is {owner[opt]!r}")
-    assert not problems, "\n".join(problems)
-
-
-def test_the_plan_request_has_one_default_everywhere() -> None:
-    """_defaults.PLAN against PlanRequest, the server role's variables (taskvars.REQUEST_VARIABLES,
-    the one mapping from role variables to the request),
-    hicache_plan's keywords and the instance_plan / hicache_plan filter docs (where they exist)."""
-    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import hicache, request, taskvars
-
-    owner = _defaults.PLAN
-    fields = _dataclass_defaults(request.PlanRequest)
-    missing = sorted(set(owner) - {f.name for f in dataclasses.fields(request.PlanRequest)} - {"dist_init_port"})
-    assert not missing, f"_defaults.PLAN names fields PlanRequest does not have: {missing}"
-    problems = _owner_vs(owner, "PlanRequest", fields, empty_is_unset=True)
-    # what from_kwargs fills in when a keyword is left out
-    built = request.PlanRequest.from_kwargs(profile="baseline", model_path="/models/x")
-    problems += _owner_vs(owner, "PlanRequest.from_kwargs()", dataclasses.asdict(built), empty_is_unset=True)
-    server = role_defaults("server")
-    server_spec = role_specs("server")["main"]
-    for key, expected in owner.items():
-        var = taskvars.REQUEST_VARIABLES.get(key)
-        if var is None or var not in server or key in DERIVED:
-            continue
-        if not same_or_unset(server[var], expected):
-            problems.append(f"roles/server/defaults/main.yml: {var} is {server[var]!r}, _defaults.PLAN[{key!r}] is {expected!r}")
-        if "default" in server_spec.get(var, {}) and not same_or_unset(server_spec[var]["default"], expected):
-            problems.append(f"roles/server/meta/argument_specs.yml: {var} defaults to {server_spec[var]['default']!r}, "
-                            f"_defaults.PLAN[{key!r}] is {expected!r}")
-    keywords = inspect.signature(hicache.hicache_plan).parameters
-    for keyword, key in (("fraction", "hicache_fraction"), ("reserve_gib", "hicache_reserve_gib")):
-        if not same(keywords[keyword].default, owner[key]):
-            problems.append(f"hicache_plan({keyword}=) defaults to {keywords[keyword].default!r}, "
-                            f"_defaults.PLAN[{key!r}] is {owner[key]!r}")
-    for filter_name, names in (("instance_plan", {k: k for k in owner}),
-                               ("hicache_plan", {"fraction": "hicache_fraction", "reserve_gib": "hicache_reserve_gib"})):
-        path = ROOT / "plugins" / "filter" / f"{filter_name}.yml"
-        if not path.is_file():  # a filter made private carries no docs of its own
-            continue
-        options = _yaml(path)["DOCUMENTATION"].get("options") or {}
-        for opt, key in names.items():
-            if "default" in options.get(opt, {}) and not same_or_unset(options[opt]["default"], owner[key]):
-                problems.append(f"plugins/filter/{filter_name}.yml: {opt} defaults to {options[opt]['default']!r}, "
-                                f"_defaults.PLAN[{key!r}] is {owner[key]!r}")
-    assert not problems, "\n".join(problems)
-
-
-def test_paths_release_and_shared_module_defaults_have_one_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    server, bench, router = role_defaults("server"), role_defaults("bench"), role_defaults("router")
-    specs = {role: role_specs(role) for role in ROLES}
-    expected = [
-        ("server", "sglang_base_dir", _defaults.BASE_DIR), ("bench", "sglang_base_dir", _defaults.BASE_DIR),
-        ("server", "sglang_venv", _defaults.VENV), ("server", "sglang_version", DEFAULT_RELEASE),
-        ("router", "sglang_router_base_dir", _defaults.ROUTER_BASE_DIR),
-        ("router", "sglang_router_venv", _defaults.ROUTER_VENV),
-        ("server", "sglang_log_tail_lines", _defaults.LOG_TAIL_LINES),
-        ("server", "sglang_ready_interval", _defaults.READY_INTERVAL),
-    ]
-    values = {"server": server, "bench": bench, "router": router}
-    problems = []
-    for role, var, want in expected:
-        if not same(values[role][var], want):
-            problems.append(f"roles/{role}/defaults/main.yml: {var} is {values[role][var]!r}, _defaults says {want!r}")
-        for entry, options in specs[role].items():
-            if var in options and "default" in options[var] and not same(options[var]["default"], want):
-                problems.append(f"roles/{role}/meta/argument_specs.yml ({entry}): {var} defaults to "
-                                f"{options[var]['default']!r}, _defaults says {want!r}")
-    release = specs["server"]["main"]["sglang_version"]
-    if DEFAULT_RELEASE not in release.get("choices", [DEFAULT_RELEASE]):
-        problems.append(f"roles/server: sglang_version's choices {release['choices']} lack the default {DEFAULT_RELEASE}")
-    for module, opt, want in (("wait_ready", "log_tail_lines", _defaults.LOG_TAIL_LINES),
-                              ("detached_service", "log_tail_lines", _defaults.LOG_TAIL_LINES),
-                              ("wait_ready", "interval", _defaults.READY_INTERVAL)):
-        got = module_argument_spec(module, monkeypatch)[opt].get("default")
-        if not same(got, want):
-            problems.append(f"{module}: {opt} defaults to {got!r}, _defaults says {want!r}")
-    assert not problems, "\n".join(problems)
-
-
-def test_the_rollout_variables_have_one_default_everywhere() -> None:
-    """_rollout.DEFAULTS (what deploy.yml's rollout check applies: hostvars hold no role default)
-    against the server role's defaults and argument specs, deploy.yml's serial: default, and the
-    costs of the estimate against sglang_rollout_estimate's description."""
+def test_deploy_yml_serial_and_the_estimate_description_say_the_rollout_defaults() -> None:
+    """deploy.yml's play-level serial: default (no role default reaches it) and the costs of the
+    estimate against sglang_rollout_estimate's description. The other rollout defaults are the
+    server role's declared ones (_rollout.DEFAULTS reads them)."""
     from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import DEFAULTS, ESTIMATE_DEFAULTS
 
-    server, spec = role_defaults("server"), role_specs("server")["main"]
+    spec = role_specs("server")["main"]
     problems = []
-    for var, want in DEFAULTS.items():
-        if var == "sglang_rollout_batch":  # play level only (serial:), below
-            continue
-        if var not in server:
-            problems.append(f"roles/server/defaults/main.yml: {var} missing (_rollout.DEFAULTS says {want!r})")
-            continue
-        if not same_or_unset(server[var], want):
-            problems.append(f"roles/server/defaults/main.yml: {var} is {server[var]!r}, _rollout.DEFAULTS says {want!r}")
-        if not same_or_unset(spec.get(var, {}).get("default"), want):
-            problems.append(f"roles/server/meta/argument_specs.yml: {var} defaults to "
-                            f"{spec.get(var, {}).get('default')!r}, _rollout.DEFAULTS says {want!r}")
     serial = [play.get("serial") for play in _yaml(ROOT / "playbooks" / "deploy.yml") if "serial" in play]
     # serial: [1, batch] with a canary (-e sglang_rollout_canary), else the batch
     wanted = [f"sglang_rollout_batch | default('{DEFAULTS['sglang_rollout_batch']}')",
@@ -374,7 +239,8 @@ def test_docs_state_the_request_timeout_the_code_uses() -> None:
     text = (ROOT / "docs" / "sweep.md").read_text()
     said = re.findall(r"`timeout` \(per request, default (\d+(?:\.\d+)?) s\)", text)
     assert said, "docs/sweep.md no longer states the per-request timeout's default"
-    assert all(float(value) == _defaults.REQUEST_TIMEOUT for value in said), (said, _defaults.REQUEST_TIMEOUT)
+    declared = _docspec.documented_options("throughput_sweep")["timeout"]["default"]
+    assert all(float(value) == declared for value in said), (said, declared)
 
 
 def test_the_checks_catch_a_disagreement(tmp_path: Path) -> None:
@@ -383,4 +249,3 @@ def test_the_checks_catch_a_disagreement(tmp_path: Path) -> None:
     assert same_or_unset(900, 900.0) and same_or_unset(0, None) and same_or_unset([], None)
     assert not same(True, 1) and not same("1", 1) and not same([1, 4], [1, 4, 8])
     assert not same_or_unset(False, None)  # false is a value, not "unset"
-    assert _owner_vs({"timeout": 900.0}, "x", {"timeout": 600}) == ["x: timeout is 600, _defaults says 900.0"]

@@ -30,12 +30,6 @@ def test_checkout_resolves_the_collection(repo_root) -> None:
     assert link.is_symlink() and link.resolve() == repo_root.resolve()
 
 
-def test_role_readmes_are_generated_from_argument_specs(repo_root) -> None:
-    res = subprocess.run([sys.executable, str(repo_root / "tools" / "gen_role_readme.py"), "--check"],
-                         capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stdout + res.stderr
-
-
 def test_every_template_carries_ansible_managed(repo_root) -> None:
     for tmpl in repo_root.glob("roles/*/templates/*.j2"):
         assert "{{ ansible_managed | comment }}" in tmpl.read_text(), tmpl

@@ -76,11 +76,11 @@ def test_the_steps_in_the_roles_order_choose_and_report(tmp_path: Path) -> None:
 def test_the_plateau_gain_default_is_the_sweeps_owner_and_documented_so() -> None:
     import yaml
 
-    from ansible_collections.llmops.sglang.plugins.module_utils._defaults import SWEEP
+    from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
     from ansible_collections.llmops.sglang.plugins.modules import tune_search as doc
 
     documented = yaml.safe_load(doc.DOCUMENTATION)["options"]["plateau_gain"]["default"]
-    assert documented == SWEEP["plateau_gain"]
+    assert documented == ARGUMENT_SPEC["plateau_gain"]["default"]
     cand = {"label": "c", "profile": "baseline"}
     probe = _sweep([_pt(1, 100.0)], 4)
     rest = _sweep([_pt(c, x) for c, x in [(4, 300.0), (8, 310.0)]], 4)  # +3%: a plateau at the default gain
@@ -88,5 +88,5 @@ def test_the_plateau_gain_default_is_the_sweeps_owner_and_documented_so() -> Non
     implicit = _step({"step": "record", "candidate": cand, "slo": _tune.slo(), "probe": probe, "rest": rest,
                       "decision": decision})["record"]
     explicit = _step({"step": "record", "candidate": cand, "slo": _tune.slo(), "probe": probe, "rest": rest,
-                      "decision": decision, "plateau_gain": SWEEP["plateau_gain"]})["record"]
+                      "decision": decision, "plateau_gain": ARGUMENT_SPEC["plateau_gain"]["default"]})["record"]
     assert implicit == explicit
