@@ -188,10 +188,11 @@ options:
     description:
       - A process id on the machine running the module; the sweep stops at once (and the module
         fails) when that process is gone.
-      - For a sweep started with C(async) and C(poll=0) on the controller's machine (C(delegate_to=localhost),
-        or a host with the local connection), pass the controller's ansible process
-        (the bench role does); async_wrapper makes the job a daemon in its own session, so
-        neither Ctrl-C nor the end of C(ansible-playbook) reaches it otherwise.
+      - Unset on a task run over the local connection (the controller's machine,
+        C(delegate_to=localhost)), the action plugin sets it to the controller's ansible process
+        (the lookup P(llmops.sglang.controller_pid#lookup)), since a sweep started there with C(async)
+        and C(poll=0) is a daemon in its own session (async_wrapper), which neither Ctrl-C nor the
+        end of C(ansible-playbook) would otherwise reach.
       - A sweep that is not async needs none of this; it stops on SIGINT, SIGTERM and SIGHUP and
         when the reader of its result (the local connection's worker, sshd) goes away.
     type: int
@@ -264,11 +265,27 @@ options:
       - An integer from 0 to 256, or C(auto).
     type: raw
     default: 1
+  options_from_role:
+    description:
+      - Take every documented option the task does not give from that role's variables,
+        C(sglang_<role>_<option>) (C(bench) - C(sglang_bench_timeout) is O(timeout)), read by the
+        action plugin on the controller. An option documented here without a default is left to
+        its own rule while the role's variable holds the role's declared default for it, the role's
+        way to say unset (C(sglang_bench_requests=0) leaves O(requests) to max(2*C, 8)).
+      - Not set, only the task's arguments count (the module used by itself).
+    type: str
+    choices: [bench]
 extends_documentation_fragment:
   - llmops.sglang.server_api
   - llmops.sglang.sweep_open_loop
   - llmops.sglang.sweep_workload
 attributes:
+  action:
+    description: An action plugin runs on the controller first (O(options_from_role)), then the module where the task runs.
+    support: full
+  async:
+    description: Supports being used with the C(async) keyword.
+    support: full
   check_mode:
     description: Can run in check mode and predict its changed status without changing the target.
     support: full

@@ -66,6 +66,7 @@ def run(module: Any) -> None:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")
     if not HAS_AIOHTTP:
         module.fail_json(msg=missing_aiohttp_message(sys.executable))
+    params.pop("options_from_role", None)  # the action plugin's: the options are in params already
     progress = params.pop("progress_file")
     labels = params.pop("progress_labels") or {}
     options = SweepOptions(**{name: params[name] for name in params})

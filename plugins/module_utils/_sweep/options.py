@@ -31,6 +31,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads imp
 def _declared(name: str) -> Any:
     """The field of option ``name`` with its documented default (plugins/modules/throughput_sweep.py,
     through the generated ``spec.py``; None where the documentation gives none)."""
+    if name not in ARGUMENT_SPEC:  # documented after spec.py was written
+        raise KeyError(f"throughput_sweep's option {name} is not in _sweep/spec.py: run `make generated`")
     value = ARGUMENT_SPEC[name].get("default")
     if isinstance(value, (list, dict)):
         return field(default_factory=lambda: copy.deepcopy(value))

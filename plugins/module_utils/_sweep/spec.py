@@ -54,4 +54,5 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'validate_certs': {'type': 'bool', 'default': True},
     'time_scale': {'type': 'float'},
     'client_processes': {'type': 'raw', 'default': 1},
+    'options_from_role': {'type': 'str', 'choices': ['bench']},
 }

@@ -21,7 +21,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 GENERATED = {ROOT / "plugins" / "module_utils" / "_sweep" / "spec.py", *ROOT.glob("roles/*/defaults/main.yml")}
-DERIVED_LINE = re.compile(r"#\s*derived: default of ")
+DERIVED_LINE = re.compile(r"#\s*derived: default of ")  # the next line is derived; so is a BEGIN/END derived block
 
 # (what, the option's names in every layer, its default)
 TABLE: list[tuple[str, set[str], Any]] = [
@@ -38,9 +38,13 @@ TABLE: list[tuple[str, set[str], Any]] = [
 def _yaml_defaults(text: str, where: str) -> Iterator[tuple[str, str, Any]]:
     """(where, option, default) for each ``default:`` of YAML text that no derived comment heads."""
     lines = text.splitlines()
+    in_block = False
     for i, line in enumerate(lines):
+        if re.match(r"^\s*# (BEGIN|END) derived", line):
+            in_block = "BEGIN" in line
+            continue
         m = re.match(r"^(\s*)default:\s*(.*)$", line)
-        if not m or (i and DERIVED_LINE.search(lines[i - 1])):
+        if not m or in_block or (i and DERIVED_LINE.search(lines[i - 1])):
             continue
         indent = len(m.group(1))
         name = next((re.match(r"^\s*([\w-]+):", lines[j]).group(1) for j in range(i - 1, -1, -1)
@@ -126,6 +130,9 @@ def test_the_yaml_search_finds_a_copy_and_skips_a_derived_line() -> None:
     assert list(_yaml_defaults(spec, "x")) == [("x:4", "sglang_base_dir", "/opt/sglang")]
     derived = "options:\n  sglang_base_dir:\n    # derived: default of role server sglang_base_dir\n    default: /opt/sglang\n"
     assert list(_yaml_defaults(derived, "x")) == []
+    block = ("options:\n  # BEGIN derived: the options of module m with a default, as sglang_bench_<option> (except x)\n"
+             "  sglang_bench_timeout:\n    default: 900\n  # END derived\n  other:\n    default: 900\n")
+    assert list(_yaml_defaults(block, "x")) == [("x:7", "other", 900)]
     assert not _same(True, 1) and not _same("10", 10) and _same(900, 900.0) and _same((1, 4), [1, 4])
 
 

@@ -1,0 +1,54 @@
+"""The throughput_sweep action (plugins/action/throughput_sweep.py): with options_from_role the
+role's variables fill the options the task lacks, then the module runs (async kept); without it
+the task's arguments go to the module as they are."""
+from __future__ import annotations
+
+import os
+from typing import Any
+from unittest import mock
+
+from ansible_collections.llmops.sglang.plugins.action import throughput_sweep
+
+
+def _run(args: dict[str, Any], task_vars: dict[str, Any], async_val: int = 0,
+         transport: str = "ssh") -> list[dict[str, Any]]:
+    task = mock.MagicMock(args=args, async_val=async_val, check_mode=False)
+    connection = mock.MagicMock(has_native_async=False, transport=transport)
+    templar = mock.MagicMock()
+    templar.template.side_effect = lambda value: value
+    action = throughput_sweep.ActionModule(task, connection, mock.MagicMock(), loader=None, templar=templar,
+                                           shared_loader_obj=None)
+    calls: list[dict[str, Any]] = []
+
+    def execute(module_name: str, module_args: dict[str, Any], task_vars: dict[str, Any], wrap_async: bool) -> dict[str, Any]:
+        calls.append({"module": module_name, "args": module_args, "wrap_async": wrap_async})
+        return {"ansible_job_id": "j1"} if wrap_async else {"changed": False}
+
+    action._execute_module = execute  # type: ignore[method-assign]
+    action._remove_tmp_path = mock.MagicMock()  # type: ignore[method-assign]
+    action.run(task_vars=task_vars)
+    return calls
+
+
+def test_the_bench_roles_variables_fill_the_options_and_async_is_kept() -> None:
+    task_vars = {"sglang_bench_concurrency": [2, 4], "sglang_bench_timeout": 30, "sglang_bench_requests": 0,
+                 "sglang_bench_fail_on_errors": True, "sglang_bench_progress_poll": 2}
+    calls = _run({"url": "http://h:1", "options_from_role": "bench", "fail_on_errors": False}, task_vars, async_val=60)
+    assert len(calls) == 1 and calls[0]["module"] == "llmops.sglang.throughput_sweep" and calls[0]["wrap_async"]
+    args = calls[0]["args"]
+    assert args["concurrency"] == [2, 4] and args["timeout"] == 30 and args["fail_on_errors"] is False
+    assert "requests" not in args and "options_from_role" not in args and "progress_poll" not in args
+
+
+def test_without_options_from_role_the_task_is_the_modules_arguments() -> None:
+    calls = _run({"url": "http://h:1", "concurrency": [1]}, {"sglang_bench_timeout": 30})
+    assert calls[0]["args"] == {"url": "http://h:1", "concurrency": [1]} and not calls[0]["wrap_async"]
+
+
+def test_on_the_controllers_machine_the_sweep_watches_the_controller() -> None:
+    """An async sweep over the local connection is a daemon: it watches ansible-playbook's process
+    (here the test's own: no multiprocessing parent), unless the task names another."""
+    local = _run({"url": "u"}, {}, async_val=60, transport="local")
+    assert local[0]["args"]["watch_pid"] == os.getpid()
+    assert _run({"url": "u", "watch_pid": 7}, {}, transport="local")[0]["args"]["watch_pid"] == 7
+    assert "watch_pid" not in _run({"url": "u"}, {}, async_val=60, transport="ssh")[0]["args"]
