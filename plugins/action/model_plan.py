@@ -18,18 +18,18 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _modelsource
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 
 class ActionModule(ActionBase):
     """Check every host's sources, resolve the Hub revisions, plan each host."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("requests", "hosts", "controller_cache_dir", "endpoint", "token_file", "offline"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = self._task.args
+        args = documented_args(self, "model_plan")
         requests = args.get("requests")
         if not isinstance(requests, dict) or not all(isinstance(r, dict) for r in requests.values()):
             raise AnsibleActionFail("requests must map each host of the play to its model variables "
@@ -42,7 +42,7 @@ class ActionModule(ActionBase):
         resolved: dict[str, str] = {}
         for ref in _modelsource.hub_refs(play):
             repo, revision = ref.split("@", 1)
-            module_args = {"repo": repo, "revision": revision, "offline": bool(args.get("offline", False))}
+            module_args = {"repo": repo, "revision": revision, "offline": bool(args["offline"])}
             for name in ("endpoint", "token_file"):
                 if args.get(name):
                     module_args[name] = args[name]

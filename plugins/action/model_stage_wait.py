@@ -20,6 +20,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.llmops.sglang.plugins.module_utils._staging import progress as _progress
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 display = Display()
 
@@ -28,20 +29,20 @@ class ActionModule(ActionBase):
     """Poll the jobs until all finished: status and the last progress line each ``poll`` seconds."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("jobs", "progress_file", "poll", "timeout"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        poll = float(self._task.args.get("poll", 5))
-        timeout = float(self._task.args.get("timeout", 21600))
+        args = documented_args(self, "model_stage_wait")
+        poll = float(args["poll"])
+        timeout = float(args["timeout"])
         if poll <= 0 or timeout <= 0:
             raise AnsibleActionFail(f"poll ({poll}) and timeout ({timeout}) must be > 0 seconds")
-        starts = [j for j in self._task.args.get("jobs") or [] if isinstance(j, dict)]
+        starts = [j for j in args.get("jobs") or [] if isinstance(j, dict)]
         pending = {i: j for i, j in enumerate(starts) if j.get("ansible_job_id")}
         done: dict[int, dict[str, Any]] = {i: j for i, j in enumerate(starts) if not j.get("ansible_job_id")}
         shown: dict[int, str] = {}
-        template = str(self._task.args.get("progress_file") or "")
+        template = str(args.get("progress_file") or "")
         deadline = time.monotonic() + timeout
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         while pending:

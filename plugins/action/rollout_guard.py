@@ -18,29 +18,28 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _canary, _guard
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 
 class ActionModule(ActionBase):
     """Pick the sides, measure the window on the router's host, judge, keep the report."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("canary", "seconds", "thresholds", "on_inconclusive", "router_host",
-                             "router_metrics_url", "interval", "api_key", "report_dir", "phase", "changed", "probe_rate", "step"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = self._task.args
+        args = documented_args(self, "rollout_guard")
         host = str(task_vars.get("inventory_hostname"))
         router_host = str(args.get("router_host") or "")
         if not router_host:
             raise AnsibleActionFail("router_host is required: the guard compares instances as a router reaches them")
         try:
-            seconds = float(args.get("seconds", 0))
-            interval = float(args.get("interval", 1.0))
+            seconds = float(args["seconds"])
+            interval = float(args["interval"])
             _guard.thresholds(args.get("thresholds") or {})
-            on_inconclusive = _canary.check_on_inconclusive(args.get("on_inconclusive") or "rollback")
-            rate = _canary.probe_rate(args.get("probe_rate", "auto"), args.get("thresholds") or {}, seconds)
+            on_inconclusive = _canary.check_on_inconclusive(args["on_inconclusive"])
+            rate = _canary.probe_rate(args["probe_rate"], args.get("thresholds") or {}, seconds)
             hostvars = task_vars.get("hostvars") or {}
             servers = list((task_vars.get("groups") or {}).get("sglang_servers") or [])
             picked = _canary.sides(hostvars, servers, host, list(args.get("canary") or []), router_host)
@@ -60,7 +59,7 @@ class ActionModule(ActionBase):
             verdict = _canary.judge(window, picked, args.get("thresholds") or {}, on_inconclusive)
         except _guard.GuardError as err:
             return {**result, "failed": True, "changed": False, "msg": f"rollout guard: {err}"}
-        verdict["host"], verdict["phase"] = host, str(args.get("phase") or "batch")
+        verdict["host"], verdict["phase"] = host, str(args["phase"])
         services = (task_vars.get("hostvars") or {}).get(host, {}).get("__sglang_services") or {}
         verdict["restore"] = _canary.to_restore(list(args.get("changed") or []), services, list(args.get("canary") or []))
         report = self._keep(verdict, args.get("report_dir"))

@@ -24,18 +24,19 @@ from ansible.utils.vars import load_extra_vars
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _rolloutcheck, _routerplan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import plain
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import RolloutError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 
 class ActionModule(ActionBase):
     """Plan the router from the task's variables; check on the host that it can start."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("preflight", "show", "rollout"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        full = self._task.args.get("preflight", True)
+        args = documented_args(self, "router_plan")
+        full = args["preflight"]
         if not isinstance(full, bool):
             raise AnsibleActionFail(f"preflight must be true or false, not {full!r}")
         wanted = list(_routerplan.VARIABLES.values()) + list(_routerplan.SECRET_VARIABLES)
@@ -44,7 +45,7 @@ class ActionModule(ActionBase):
             request = _routerplan.RouterRequest.from_vars(values, api_key=values.get("sglang_api_key"))
         except _routerplan.RouterPlanError as err:
             return {**result, "failed": True, "changed": False, "msg": str(err), "problems": err.problems}
-        rollout = self._task.args.get("rollout", False)
+        rollout = args["rollout"]
         if not isinstance(rollout, bool):
             raise AnsibleActionFail(f"rollout must be true or false, not {rollout!r}")
         checked_rollout = None
@@ -67,7 +68,7 @@ class ActionModule(ActionBase):
         if checked_rollout:
             result.update(rollout={k: v for k, v in checked_rollout.items() if k not in ("lines", "estimate")},
                           rollout_estimate=checked_rollout["lines"])
-        if self._task.args.get("show"):  # printed as the task's result, as debug prints
+        if args["show"]:  # printed as the task's result, as debug prints
             result.update(_ansible_verbose_always=True, summary={
                 "router": f"{plan['description']} ({plan['backend']} backend)", "python": plan["python"],
                 "argv": plan["argv"], "url": plan["connect_url"]})

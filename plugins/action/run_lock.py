@@ -26,6 +26,7 @@ from ansible.utils.display import Display
 from ansible_collections.llmops.sglang.plugins.lookup.controller_pid import controller_pid
 from ansible_collections.llmops.sglang.plugins.module_utils import _detached, _runlock
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _lockbeat
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 display = Display()
 MODULE = "llmops.sglang.run_lock"
@@ -37,21 +38,20 @@ class ActionModule(ActionBase):
     """Take (waiting up to ``timeout``), release or query the host's run lock."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "state", "timeout", "lease", "playbook"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         self._vars = task_vars or {}
-        args = self._task.args
+        args = documented_args(self, "run_lock")
         path = str(args.get("path") or "")
-        state = str(args.get("state") or "acquired")
+        state = str(args["state"])
         if not path:
             raise AnsibleActionFail("run_lock: path (the deployment's sglang_base_dir) is required")
         if state not in ("acquired", "released", "query"):
             raise AnsibleActionFail(f"run_lock: state={state!r}: one of acquired, released, query")
         try:
-            timeout = int(args.get("timeout") or 0)
-            lease = int(args.get("lease") or _runlock.DEFAULT_LEASE_S)
+            timeout = int(args["timeout"])
+            lease = int(args["lease"])
         except (TypeError, ValueError) as err:
             raise AnsibleActionFail(f"run_lock: timeout and lease are whole seconds ({err})") from err
         if timeout < 0 or lease < 1:

@@ -25,6 +25,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig im
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import server_plan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.summary import plan_summary
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import read_inputs
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 display = Display()
 # keys of a registered result that are Ansible's, not the plan's
@@ -36,15 +37,15 @@ class ActionModule(ActionBase):
     """Read the host once, plan on the controller, optionally pre-flight on the host."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("plan", "preflight", "show"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         host = str(task_vars.get("inventory_hostname"))
-        given = self._task.args.get("plan")
+        args = documented_args(self, "server_plan")
+        given = args.get("plan")
         if given:
-            return self._shown(self._reuse(result, plain(given), host))
+            return self._shown(self._reuse(result, plain(given), host), args["show"])
         inputs = read_inputs(self._var(task_vars), host, self._addresses(task_vars),
                              plain(task_vars.get("groups") or {}))
         base_dir = str(inputs.request.get("base_dir") or "")
@@ -68,7 +69,7 @@ class ActionModule(ActionBase):
             plan["engine_files"] = engine_archive(plan["engine_files"], C.DEFAULT_LOCAL_TMP)
         result.update(plan)
         result.update(changed=False, modules_run=modules_run, ansible_facts={"sglang_host": host_facts})
-        if self._task.args.get("preflight"):
+        if args["preflight"]:
             spec = plan["preflight"]
             owner = plan["owner"]["user"]
             checked = self._module("llmops.sglang.preflight", modules_run, task_vars, deployment_dir=base_dir,
@@ -77,12 +78,13 @@ class ActionModule(ActionBase):
                                    **({"packages": spec["packages"]} if spec.get("packages") else {}))
             # the venv holds the pinned packages already: the role skips pip (it would change nothing)
             result["install"] = {**plan["install"], "current": bool(checked.get("packages_current"))}
-        return self._shown(result)
+        return self._shown(result, args["show"])
 
-    def _shown(self, result: dict[str, Any]) -> dict[str, Any]:
+    @staticmethod
+    def _shown(result: dict[str, Any], show: bool) -> dict[str, Any]:
         """With ``show``, ``plan_summary``: what the deploy would do to each instance and why
         (``_plan/summary.py``; the role prints it, ``-v`` prints the whole plan)."""
-        if self._task.args.get("show"):
+        if show:
             result["plan_summary"] = plan_summary(result)
         return result
 

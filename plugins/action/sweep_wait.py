@@ -31,6 +31,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 display = Display()
 
@@ -53,14 +54,13 @@ class ActionModule(ActionBase):
     """Poll the jobs until all finished: status and new progress lines each ``poll`` seconds."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("jobs", "progress_file", "heartbeat_file", "dest", "poll", "timeout"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = self._task.args
-        poll = float(args.get("poll", 2))
-        timeout = float(args.get("timeout", 7320))
+        args = documented_args(self, "sweep_wait")
+        poll = float(args["poll"])
+        timeout = float(args["timeout"])
         if poll <= 0 or timeout <= 0:
             raise AnsibleActionFail(f"poll ({poll}) and timeout ({timeout}) must be > 0 seconds")
         starts = [j for j in args.get("jobs") or [] if isinstance(j, dict)]

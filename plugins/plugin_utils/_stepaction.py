@@ -15,6 +15,13 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.llmops.sglang.plugins.plugin_utils._docspec import argument_spec
 
 
+def documented_args(action: ActionBase, name: str) -> dict[str, Any]:
+    """The task's arguments validated against the action's documentation (``plugins/modules/<name>.py``
+    and its doc fragments, ``_docspec``): the documented types, choices and defaults; an argument
+    the documentation does not name fails the task."""
+    return dict(action.validate_argument_spec(argument_spec=argument_spec(name))[1])
+
+
 class StepAction(ActionBase):
     """Run the task's ``step``; nothing runs on the host unless a step asks for it."""
 
@@ -32,7 +39,7 @@ class StepAction(ActionBase):
         step = self._task.args.get("step")
         if step not in self.STEPS:
             raise AnsibleActionFail(f"step {step!r} is not one of {', '.join(self.STEPS)}")
-        args: Mapping[str, Any] = self.validate_argument_spec(argument_spec=argument_spec(self.NAME))[1]
+        args: Mapping[str, Any] = documented_args(self, self.NAME)
         try:
             out = getattr(self, f"step_{step}")(args, task_vars or {})
         except self.ERRORS as err:

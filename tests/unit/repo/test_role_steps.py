@@ -70,3 +70,23 @@ def test_the_search_finds_a_repeated_run() -> None:
     renamed = [{**task, "name": "other"} for task in steps[1:]]
     assert repeated_runs({"a.yml": steps, "b.yml": [{"debug": {"msg": 1}}, *renamed]})
     assert not repeated_runs({"a.yml": steps, "b.yml": steps[:2]})
+
+
+def _module_calls(tasks: Any) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for task in tasks if isinstance(tasks, list) else []:
+        if not isinstance(task, dict):
+            continue
+        for key in ("block", "rescue", "always"):
+            yield from _module_calls(task.get(key))
+        for key, value in task.items():
+            if key not in KEYWORDS and key not in ("block", "rescue", "always") and isinstance(value, dict):
+                yield str(task.get("name")), key, value
+
+
+def test_the_bench_roles_tasks_pass_options_not_keywords() -> None:
+    """No bench task passes more than 8 arguments (the sweep's options come from the role's
+    variables through the throughput_sweep action: options_from_role)."""
+    wide = [f"{path.name}: {name} ({module}, {len(args)} arguments)"
+            for path in sorted(ROOT.glob("roles/bench/tasks/*.yml"))
+            for name, module, args in _module_calls(yaml.safe_load(path.read_text())) if len(args) > 8]
+    assert not wide, "\n".join(wide)
