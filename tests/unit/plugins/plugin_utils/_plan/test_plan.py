@@ -27,15 +27,15 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import hicache
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import declared
 
 BUILTIN_PROFILES = ("baseline", "mtp", "hicache", "mtp_hicache")
+SPEC_PROFILES = ("mtp", "mtp_hicache")
 
 
 def hicache_plan(facts, **kwargs):
-    """The sizing with the server role's declared reserve and fraction (10 GiB, 0.75) unless given,
-    as the plan passes them."""
+    """The sizing with the server role's declared reserve and fraction unless given, as the plan
+    passes them."""
     kwargs.setdefault("reserve_gib", declared("hicache_reserve_gib"))
     kwargs.setdefault("fraction", declared("hicache_fraction"))
     return _hicache_plan(facts, **kwargs)
-SPEC_PROFILES = ("mtp", "mtp_hicache")
 
 
 # ---------------------------------------------------------------------------------------------
