@@ -30,15 +30,18 @@ def options_from_role(role: str, documented: Mapping[str, Mapping[str, Any]], gi
         if value is MISSING or value is None:
             continue
         declared = role_declared.get(variable(role, option), {})
-        if "default" not in doc and (value == "" or ("default" in declared and _same(value, declared["default"]))):
+        if "default" not in doc and (value == "" or ("default" in declared and same_default(value, declared["default"]))):
             continue  # the role's "unset" (or an empty string): the module's own rule applies
         out[option] = value
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_default(a: Any, b: Any) -> bool:
+    """Equal as a default: 900 is 900.0 and (1, 4) is [1, 4], but True is not 1 and "10" is not 10."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_default(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b

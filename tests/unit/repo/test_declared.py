@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ansible_collections.llmops.sglang.plugins.plugin_utils._roleoptions import same_default
+
 ROOT = Path(__file__).resolve().parents[3]
 GENERATED = {ROOT / "plugins" / "module_utils" / "_sweep" / "spec.py", *ROOT.glob("roles/*/defaults/main.yml")}
 DERIVED_LINE = re.compile(r"#\s*derived: default of ")  # the next line is derived; so is a BEGIN/END derived block
@@ -108,20 +110,9 @@ def written_defaults() -> list[tuple[str, str, Any]]:
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal as a default: 900 is 900.0, but True is not 1 and "10" is not 10."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
-
-
 @pytest.mark.parametrize(("what", "names", "value"), TABLE, ids=[row[0] for row in TABLE])
 def test_each_default_of_the_table_is_written_once(what: str, names: set[str], value: Any) -> None:
-    places = [where for where, name, got in written_defaults() if name in names and _same(got, value)]
+    places = [where for where, name, got in written_defaults() if name in names and same_default(got, value)]
     assert len(places) == 1, f"{what} ({value!r}) is written in {len(places)} places: {places}"
 
 
@@ -133,7 +124,7 @@ def test_the_yaml_search_finds_a_copy_and_skips_a_derived_line() -> None:
     block = ("options:\n  # BEGIN derived: the options of module m with a default, as sglang_bench_<option> (except x)\n"
              "  sglang_bench_timeout:\n    default: 900\n  # END derived\n  other:\n    default: 900\n")
     assert list(_yaml_defaults(block, "x")) == [("x:7", "other", 900)]
-    assert not _same(True, 1) and not _same("10", 10) and _same(900, 900.0) and _same((1, 4), [1, 4])
+    assert not same_default(True, 1) and not same_default("10", 10) and same_default(900, 900.0) and same_default((1, 4), [1, 4])
 
 
 def test_the_python_search_finds_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
