@@ -43,5 +43,5 @@ def same_default(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_default(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_default(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
