@@ -28,24 +28,18 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import 
 RATE_WARM_CONNECTIONS = 16
 
 
-class PlannedLevels:
-    """Rate levels, the SLO search and repeats, over the host class's level primitives."""
+class LevelPlan:
+    """Rate levels, the SLO search and repeats, over a sweep's level primitives: ``sweep`` is the
+    run in progress (run._SweepRun), whose options, probe, deadline and results it reads and adds
+    to, and whose ``closed_level``, ``measure_level`` and ``timeout`` it calls."""
 
-    opts: Any
-    points: list[dict[str, Any]]
-    records: list[dict[str, Any]]
-    before: dict[str, Any]
-    deadline: float
-    t0: float
-    probe: Any
-    rate_plan: tuple[float, list[float]] | None
-    last_rate_run: Any
-    search_result: dict[str, Any] | None
-    stopped_on_plateau: bool
+    def __init__(self, sweep: Any) -> None:
+        self.sweep = sweep
+        self.opts = sweep.opts
 
     def scale(self) -> float:
         """The time base's factor (model rate = wall rate x scale; 1 on a real server)."""
-        scale = self.before.get("time_scale") or self.opts.time_scale
+        scale = self.sweep.before.get("time_scale") or self.opts.time_scale
         return float(scale) if isinstance(scale, (int, float)) and scale > 0 else 1.0
 
     def cap(self) -> int:
@@ -58,13 +52,14 @@ class PlannedLevels:
         offsets = arrival_offsets(rate / scale, opts.arrival, level_seed(arrival_seed(opts.seed), level),
                                   count=opts.requests,
                                   duration=None if opts.requests else float(opts.level_duration_s) * scale)
-        await self.probe.warm_connections(min(self.cap(), RATE_WARM_CONNECTIONS))
-        self.rate_plan = (rate, offsets)
+        clients = self.sweep.clients
+        await self.sweep.probe.warm_connections(min(self.cap(), RATE_WARM_CONNECTIONS))
+        clients.rate_plan = (rate, offsets)
         try:
-            point, run, deadline = await self.measure_level(level, self.cap(), None)  # type: ignore[attr-defined]
+            point, run, deadline = await self.sweep.measure_level(level, self.cap(), None)
         finally:
-            self.rate_plan = None
-        point.update(rate_fields(self.last_rate_run, scale))
+            clients.rate_plan = None
+        point.update(rate_fields(clients.last_rate_run, scale))
         drift = point.get("drift")
         if isinstance(drift, dict) and drift.get("flagged"):
             # open loop: the tokens per second follow the random arrivals, not the server's speed
@@ -77,7 +72,7 @@ class PlannedLevels:
         if self.opts.mode == "rate":
             measured = await self.rate_level(level, float(load))
         else:
-            measured = await self.closed_level(level, int(load))  # type: ignore[attr-defined]
+            measured = await self.sweep.closed_level(level, int(load))
         if measured is None:
             return None
         point, run, _ = measured
@@ -91,8 +86,8 @@ class PlannedLevels:
         (mean and 95% interval over the runs); its SLO verdict: every run met it."""
         runs: list[dict[str, Any]] = []
         for repeat in range(self.opts.repeats):
-            if time.perf_counter() >= self.deadline:
-                self.timeout(f"before level {load:g}")  # type: ignore[attr-defined]
+            if time.perf_counter() >= self.sweep.deadline:
+                self.sweep.timeout(f"before level {load:g}")
                 break
             measured = await self.one_level(level, load, repeat)
             if measured is None:
@@ -101,11 +96,11 @@ class PlannedLevels:
             runs.append(point)
             if self.opts.return_records:
                 for trace in run.traces:
-                    record = trace_record(trace, self.t0)
+                    record = trace_record(trace, self.sweep.t0)
                     record["repeat"] = repeat
-                    self.records.append(record)
-            if run.timed_out and deadline >= self.deadline:
-                self.timeout(f"during level {load:g}")  # type: ignore[attr-defined]
+                    self.sweep.records.append(record)
+            if run.timed_out and deadline >= self.sweep.deadline:
+                self.sweep.timeout(f"during level {load:g}")
                 break
         if not runs:
             return None
@@ -114,13 +109,12 @@ class PlannedLevels:
             point["repeats"] = summarize_repeats(runs, scale=self.scale())
             if self.opts.slo:
                 point["slo_met"] = all(p.get("slo_met") for p in runs)
-        self.points.append(point)
-        on_level = getattr(self, "on_level", None)
-        if on_level is not None:
-            on_level(point)
+        self.sweep.points.append(point)
+        if self.sweep.on_level is not None:
+            self.sweep.on_level(point)
         return point
 
-    async def run_planned_levels(self) -> None:
+    async def run(self) -> None:
         """The levels of a rate sweep, a search, or repeated closed-loop levels, in order."""
         opts = self.opts
         if opts.search:
@@ -128,10 +122,10 @@ class PlannedLevels:
             return
         loads = opts.rates if opts.mode == "rate" else opts.concurrency
         for level, load in enumerate(loads):
-            if await self.measured_load(level, load) is None or getattr(self, "stopped_on_timeout", False):
+            if await self.measured_load(level, load) is None or self.sweep.stopped_on_timeout:
                 break
-            if opts.mode == "concurrency" and opts.stop_on_plateau and plateau_reached(self.points, opts.plateau_gain):
-                self.stopped_on_plateau = True
+            if opts.mode == "concurrency" and opts.stop_on_plateau and plateau_reached(self.sweep.points, opts.plateau_gain):
+                self.sweep.stopped_on_plateau = True
                 break
 
     async def run_search(self) -> None:
@@ -151,7 +145,7 @@ class PlannedLevels:
                 break
             search.record(load, bool(point.get("slo_met")))
             level += 1
-        self.search_result = search.result()
+        self.sweep.search_result = search.result()
 
 
 def search_fact(result: dict[str, Any] | None, mode: str) -> dict[str, Any] | None:

@@ -53,7 +53,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options impor
     SweepOptions,
     raise_open_files,
 )
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.plan import PlannedLevels, search_fact
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.plan import LevelPlan, search_fact
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.probe import Probe, server_summary
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.ratelevel import run_rate_level
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.summary import (
@@ -83,8 +83,96 @@ async def _within(awaitable: Any, deadline: float, default: Any) -> Any:
         return default
 
 
-class _SweepRun(PlannedLevels):
-    """One sweep in progress: its options, session, client and what it has found so far."""
+class _ServerMetrics:
+    """The /metrics of the server a sweep measures: its histograms before and after each level (a
+    server without /metrics is asked once) and its gauges sampled while a level runs."""
+
+    def __init__(self, probe: Probe, url: str, warnings: list[str]) -> None:
+        self.probe, self.url, self.warnings = probe, url, warnings
+        self.ok: bool | None = None  # None: /metrics not asked yet
+        self.scrape: dict[str, Any] | None = None  # the last /metrics read (_servermetrics.parse)
+
+    async def snapshot(self, when: str) -> dict[str, dict[str, Any]] | None:
+        """/metrics histograms; a server without /metrics is asked once."""
+        if self.ok is False:
+            return None
+        text, error = await self.probe.metrics_text()
+        if text is None:
+            if self.ok is None:
+                self.ok = False
+                self.warnings.append(
+                    f"no server-side latency: {self.url}{METRICS_PATH} answered {error} "
+                    "(SGLang serves it with --enable-metrics; the profiles turn it on)"
+                )
+            else:
+                self.warnings.append(f"{METRICS_PATH} unreadable {when} ({error}): no server-side latency there")
+            return None
+        self.ok = True
+        self.scrape = _servermetrics.parse(text)
+        return parse_histograms(text)
+
+    async def sample(self, samples: _servermetrics.GaugeSamples, time_scale: Any) -> None:
+        """Read /metrics every sample interval while a level runs (cancelled when it ends; one
+        read at a time, each bounded by the probe timeout), for its gauges' mean and max."""
+        interval = _servermetrics.sample_interval(time_scale)
+        while True:
+            await asyncio.sleep(interval)
+            text, _ = await self.probe.metrics_text()
+            if text is not None:
+                samples.add(_servermetrics.parse(text))
+
+
+class _Clients:
+    """Where a level's clients run: in this process, or spread over client processes
+    (``client_processes``; auto doubles them on a client-limited level), and the schedule of the
+    open-loop level to run (``rate_plan``, set by plan.LevelPlan.rate_level)."""
+
+    def __init__(self, opts: SweepOptions, probe: Probe, prompts: list[str]) -> None:
+        self.opts, self.probe, self.prompts = opts, probe, prompts
+        self.processes = max(opts.client_processes, 1)  # auto starts at 1
+        self.pool: ClientPool | None = None  # started at the first level that needs it
+        self.rate_plan: tuple[float, list[float]] | None = None  # (rate, offsets) of the rate level to run
+        self.last_rate_run: Any = None  # the last rate level's ratelevel.RateRun
+
+    async def warm(self, concurrency: int, model: str | None) -> None:
+        """Open the level's connections: this process's (for the level warm-up) and, when the
+        level runs in several client processes, each one's share of them."""
+        await self.probe.warm_connections(concurrency)
+        if min(self.processes, concurrency) > 1:
+            try:
+                await self._pool(model).warm(concurrency, self.processes)
+            except ClientProcessError as exc:
+                raise SweepError(f"{exc}; the sweep stopped (client_processes={self.processes})") from None
+
+    async def run(self, client: Client, level: int, concurrency: int, deadline: float) -> LevelRun:
+        """The level's C clients: in this process, or spread over ``self.processes``."""
+        if self.rate_plan is not None:  # an open-loop level (plan.LevelPlan.rate_level), one process
+            self.last_rate_run = await run_rate_level(client, level, self.rate_plan[0], self.rate_plan[1],
+                                                      concurrency, deadline, self.prompts)
+            return self.last_rate_run.run
+        if min(self.processes, concurrency) <= 1:
+            return await run_level(client, level, concurrency, deadline, self.prompts)
+        try:
+            return await self._pool(client.model).run_level(level, concurrency, deadline, self.processes)
+        except ClientProcessError as exc:
+            raise SweepError(f"{exc}; the sweep stopped (client_processes={self.processes})") from None
+
+    def _pool(self, model: str | None) -> ClientPool:
+        if self.pool is None:
+            self.pool = ClientPool(self.opts, model)
+        return self.pool
+
+    def close(self) -> None:
+        """End the client processes (at once when they are in the middle of a level)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
+class _SweepRun:
+    """One sweep in progress: its options, session, client and what it has found so far; its
+    server's /metrics (``_ServerMetrics``), where its clients run (``_Clients``) and the levels
+    beyond plain closed-loop ones (``plan.LevelPlan``) are its collaborators."""
 
     def __init__(self, opts: SweepOptions, session: Any) -> None:
         self.opts = opts
@@ -99,20 +187,15 @@ class _SweepRun(PlannedLevels):
         self.probe = Probe(opts, session)
         self.session = session
         self.prompts = list(opts.prompts or DEFAULT_PROMPTS)
-        self.metrics_ok: bool | None = None  # None: /metrics not asked yet
+        self.metrics = _ServerMetrics(self.probe, opts.url, self.warnings)
+        self.clients = _Clients(opts, self.probe, self.prompts)
         self.model: str | None = opts.model
         self.client: Client | None = None
         self.before: dict[str, Any] = {}
         self.after: dict[str, Any] = {}
         self.warm_ok = 0
         self.current: int | None = None  # the level in progress
-        self.scrape: dict[str, Any] | None = None  # the last /metrics read (_servermetrics.parse)
         self.on_level: Callable[[dict[str, Any]], None] | None = None  # told of each finished level
-        # client processes per level (docs/sweep.md "Several client processes"); auto starts at 1
-        self.processes = max(opts.client_processes, 1)
-        self.pool: ClientPool | None = None  # started at the first level that needs it
-        self.rate_plan: tuple[float, list[float]] | None = None  # (rate, offsets) of the rate level to run
-        self.last_rate_run: Any = None  # the last rate level's ratelevel.RateRun
         self.search_result: dict[str, Any] | None = None
 
     def timeout(self, where: str) -> None:
@@ -138,41 +221,15 @@ class _SweepRun(PlannedLevels):
         if self.model is None:
             self.warnings.append(f"no model from /v1/models ({error}); native requests sent without one")
 
-    async def metrics_snapshot(self, when: str) -> dict[str, dict[str, Any]] | None:
-        """/metrics histograms; a server without /metrics is asked once."""
-        if self.metrics_ok is False:
-            return None
-        text, error = await self.probe.metrics_text()
-        if text is None:
-            if self.metrics_ok is None:
-                self.metrics_ok = False
-                self.warnings.append(
-                    f"no server-side latency: {self.opts.url}{METRICS_PATH} answered {error} "
-                    "(SGLang serves it with --enable-metrics; the profiles turn it on)"
-                )
-            else:
-                self.warnings.append(f"{METRICS_PATH} unreadable {when} ({error}): no server-side latency there")
-            return None
-        self.metrics_ok = True
-        self.scrape = _servermetrics.parse(text)
-        return parse_histograms(text)
-
-    async def sample_metrics(self, samples: _servermetrics.GaugeSamples) -> None:
-        """Read /metrics every sample interval while a level runs (cancelled when it ends; one
-        read at a time, each bounded by the probe timeout), for its gauges' mean and max."""
-        interval = _servermetrics.sample_interval(self.before.get("time_scale"))
-        while True:
-            await asyncio.sleep(interval)
-            text, _ = await self.probe.metrics_text()
-            if text is not None:
-                samples.add(_servermetrics.parse(text))
-
     async def sampled_level(self, level: int, concurrency: int, deadline: float,
                             samples: _servermetrics.GaugeSamples | None) -> LevelRun:
         """``run_clients`` with /metrics sampled beside it (when the server serves /metrics)."""
-        sampler = asyncio.ensure_future(self.sample_metrics(samples)) if samples is not None else None
+        sampler = (asyncio.ensure_future(self.metrics.sample(samples, self.before.get("time_scale")))
+                   if samples is not None else None)
+        if self.client is None:
+            raise AssertionError("the client is made before the levels")
         try:
-            return await self.run_clients(level, concurrency, deadline)
+            return await self.clients.run(self.client, level, concurrency, deadline)
         finally:
             if sampler is not None:
                 sampler.cancel()
@@ -221,25 +278,25 @@ class _SweepRun(PlannedLevels):
         if self.client is None:
             raise AssertionError("the client is made before the levels")
         cache_state = await self.prepare_cache(concurrency)
-        metrics_before = await _within(self.metrics_snapshot(f"before C={concurrency}"), self.deadline, None)
-        scrape_before = self.scrape if metrics_before is not None else None
+        metrics_before = await _within(self.metrics.snapshot(f"before C={concurrency}"), self.deadline, None)
+        scrape_before = self.metrics.scrape if metrics_before is not None else None
         samples = _servermetrics.GaugeSamples() if metrics_before is not None else None
         deadline = min(time.perf_counter() + self.opts.level_timeout, self.deadline)
         run = await self.sampled_level(level, concurrency, deadline, samples)
         metrics_after = (
-            await _within(self.metrics_snapshot(f"after C={concurrency}"), self.deadline, None)
+            await _within(self.metrics.snapshot(f"after C={concurrency}"), self.deadline, None)
             if metrics_before is not None else None
         )
         self.after = await _within(self.probe.server_info(), self.deadline, _NO_INFO)
         point = summarize_level(run, short_is_error=self.opts.ignore_eos)
-        point["client_processes"] = min(self.processes, concurrency)
+        point["client_processes"] = min(self.clients.processes, concurrency)
         point["client_escalation"] = None
         point["level_warmup"] = warm
         point["cache_state"] = cache_state
         point["client_cache"] = cachestate.client_cache(run.traces)
         if metrics_before is not None and metrics_after is not None:
             point["server"] = server_latency(metrics_before, metrics_after)
-        point["server_metrics"] = (_servermetrics.level_metrics(scrape_before, self.scrape, samples)
+        point["server_metrics"] = (_servermetrics.level_metrics(scrape_before, self.metrics.scrape, samples)
                                    if samples is not None and metrics_after is not None else None)
         point["server_after"] = {k: self.after.get(k) for k in (
             "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
@@ -281,7 +338,7 @@ class _SweepRun(PlannedLevels):
         if time.perf_counter() >= self.deadline:
             self.timeout(f"before C={concurrency}")
             return None
-        await _within(self.warm_clients(concurrency), self.deadline, None)
+        await _within(self.clients.warm(concurrency, self.model), self.deadline, None)
         warm = await self.level_warmup(level, concurrency)
         if warm is not None and time.perf_counter() >= self.deadline:
             self.timeout(f"during the warm-up of C={concurrency}")
@@ -293,7 +350,7 @@ class _SweepRun(PlannedLevels):
 
     async def run_levels(self) -> None:
         if self.opts.mode == "rate" or self.opts.search or self.opts.repeats > 1 or self.opts.slo:
-            await self.run_planned_levels()  # plan.PlannedLevels
+            await LevelPlan(self).run()
             return
         for level, concurrency in enumerate(self.opts.concurrency):
             measured = await self.closed_level(level, concurrency)
@@ -312,47 +369,18 @@ class _SweepRun(PlannedLevels):
                 self.stopped_on_plateau = True
                 break
 
-    async def warm_clients(self, concurrency: int) -> None:
-        """Open the level's connections: this process's (for the level warm-up) and, when the
-        level runs in several client processes, each one's share of them."""
-        await self.probe.warm_connections(concurrency)
-        if min(self.processes, concurrency) > 1:
-            try:
-                await self._pool().warm(concurrency, self.processes)
-            except ClientProcessError as exc:
-                raise SweepError(f"{exc}; the sweep stopped (client_processes={self.processes})") from None
-
-    async def run_clients(self, level: int, concurrency: int, deadline: float) -> LevelRun:
-        """The level's C clients: in this process, or spread over ``self.processes``."""
-        if self.client is None:
-            raise AssertionError("the client is made before the levels")
-        if self.rate_plan is not None:  # an open-loop level (plan.PlannedLevels.rate_level), one process
-            self.last_rate_run = await run_rate_level(self.client, level, self.rate_plan[0], self.rate_plan[1],
-                                                      concurrency, deadline, self.prompts)
-            return self.last_rate_run.run
-        if min(self.processes, concurrency) <= 1:
-            return await run_level(self.client, level, concurrency, deadline, self.prompts)
-        try:
-            return await self._pool().run_level(level, concurrency, deadline, self.processes)
-        except ClientProcessError as exc:
-            raise SweepError(f"{exc}; the sweep stopped (client_processes={self.processes})") from None
-
-    def _pool(self) -> ClientPool:
-        if self.pool is None:
-            self.pool = ClientPool(self.opts, self.model)
-        return self.pool
-
     async def escalate(self, level: int, concurrency: int, warm: dict[str, Any] | None, point: dict[str, Any],
                        run: LevelRun, deadline: float) -> tuple[dict[str, Any], LevelRun, float]:
         """Auto mode: measure a client-limited level again with twice the processes (up to the
         CPUs, and C), until it is not client-limited; the discarded tries stay in the point."""
         tries: list[dict[str, Any]] = []
-        while point["client_limited"] and self.processes < auto_limit(concurrency):
+        clients = self.clients
+        while point["client_limited"] and clients.processes < auto_limit(concurrency):
             if time.perf_counter() >= self.deadline:
                 break
             tries.append(escalation_entry(point))
-            self.processes = min(self.processes * 2, auto_limit(concurrency))
-            await _within(self.warm_clients(concurrency), self.deadline, None)
+            clients.processes = min(clients.processes * 2, auto_limit(concurrency))
+            await _within(clients.warm(concurrency, self.model), self.deadline, None)
             point, run, deadline = await self.measure_level(level, concurrency, warm)
         if tries:
             point["client_escalation"] = tries
@@ -361,12 +389,6 @@ class _SweepRun(PlannedLevels):
                 f"with {point['client_processes']} (client_processes: auto)"
             )
         return point, run, deadline
-
-    def close_clients(self) -> None:
-        """End the client processes (at once when they are in the middle of a level)."""
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
 
     async def run(self) -> None:
         await self.resolve_model()
@@ -447,7 +469,7 @@ def _result(sweep: _SweepRun, started: str, finished: str, scale: Any, time_base
             "avg_spec_accept_length_after": after.get("avg_spec_accept_length"),
             "server_info_path": sweep.probe.path,
             "time_scale": scale,
-            "metrics": bool(sweep.metrics_ok),
+            "metrics": bool(sweep.metrics.ok),
         },
         "time_base": time_base,
         "started": started,
@@ -510,7 +532,7 @@ async def arun_sweep(options: SweepOptions, signals: Sequence[int] = (), output_
             try:
                 await sweep.run()
             finally:
-                sweep.close_clients()
+                sweep.clients.close()
     except asyncio.CancelledError:
         if guard.reason is None:
             raise
