@@ -36,7 +36,8 @@ class ActionModule(ActionBase):
                 return plain(self._templar.template(task_vars[name])) if name in task_vars else MISSING
 
             args = options_from_role(str(role), documented_options("throughput_sweep"), args, get, role_options(str(role)))
-        if "watch_pid" not in args and getattr(self._connection, "transport", None) == "local":
+        watch_controller = args.pop("watch_controller", True)
+        if watch_controller and "watch_pid" not in args and getattr(self._connection, "transport", None) == "local":
             args["watch_pid"] = controller_pid()
         wrap_async = self._task.async_val and not self._connection.has_native_async
         result = merge_hash(result, self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,

@@ -265,18 +265,9 @@ options:
       - An integer from 0 to 256, or C(auto).
     type: raw
     default: 1
-  options_from_role:
-    description:
-      - Take every documented option the task does not give from that role's variables,
-        C(sglang_<role>_<option>) (C(bench) - C(sglang_bench_timeout) is O(timeout)), read by the
-        action plugin on the controller. An option documented here without a default is left to
-        its own rule while the role's variable holds the role's declared default for it, the role's
-        way to say unset (C(sglang_bench_requests=0) leaves O(requests) to max(2*C, 8)).
-      - Not set, only the task's arguments count (the module used by itself).
-    type: str
-    choices: [bench]
 extends_documentation_fragment:
   - llmops.sglang.server_api
+  - llmops.sglang.sweep_action
   - llmops.sglang.sweep_open_loop
   - llmops.sglang.sweep_workload
 attributes:

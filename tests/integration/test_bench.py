@@ -306,8 +306,8 @@ def _job_result(heartbeat_file: str, seconds: float) -> dict:
 
 @pytest.mark.e2e
 def test_a_remote_sweep_stops_when_its_controller_is_killed(tmp_path: Path) -> None:
-    """The sweep made to act as on a remote host (no watch_pid: the test-only extra var
-    __sglang_bench_on_controller=false) and a short heartbeat timeout; once its first level has
+    """The sweep made to act as on a remote host (no watch_pid: sglang_bench_watch_controller=false,
+    throughput_sweep's watch_controller) and a short heartbeat timeout; once its first level has
     landed, SIGKILL to ansible-playbook alone (its worker, polling, is left orphaned). No
     signal reaches the async job: it stops because nobody refreshes its heartbeat any more, well
     before its 30 s level would end; the level finished before stays in its progress file, and
@@ -323,7 +323,7 @@ def test_a_remote_sweep_stops_when_its_controller_is_killed(tmp_path: Path) -> N
         proc = dep.start("bench.yml", sglang_bench_concurrency=[1, 4], sglang_bench_duration=30,
                          sglang_bench_max_tokens=256, sglang_bench_level_warmup=False, sglang_bench_progress_poll=0.5,
                          sglang_bench_reports_dir=str(tmp_path / "reports"),
-                         __sglang_bench_on_controller=False, __sglang_bench_heartbeat_timeout=8)
+                         sglang_bench_watch_controller=False, __sglang_bench_heartbeat_timeout=8)
         pattern = f"llmops-sglang-sweep-*-{proc.pid}-localhost-gpu0.jsonl"
 
         def first_level_landed() -> bool:

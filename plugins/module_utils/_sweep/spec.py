@@ -10,6 +10,8 @@ from typing import Any
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'api_key': {'type': 'str', 'no_log': True},
+    'watch_controller': {'type': 'bool', 'default': True},
+    'options_from_role': {'type': 'str', 'choices': ['bench']},
     'mode': {'type': 'str', 'choices': ['concurrency', 'rate'], 'default': 'concurrency'},
     'rates': {'type': 'list', 'elements': 'float'},
     'arrival': {'type': 'str', 'choices': ['poisson', 'constant'], 'default': 'poisson'},
@@ -54,5 +56,4 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'validate_certs': {'type': 'bool', 'default': True},
     'time_scale': {'type': 'float'},
     'client_processes': {'type': 'raw', 'default': 1},
-    'options_from_role': {'type': 'str', 'choices': ['bench']},
 }

@@ -52,3 +52,9 @@ def test_on_the_controllers_machine_the_sweep_watches_the_controller() -> None:
     assert local[0]["args"]["watch_pid"] == os.getpid()
     assert _run({"url": "u", "watch_pid": 7}, {}, transport="local")[0]["args"]["watch_pid"] == 7
     assert "watch_pid" not in _run({"url": "u"}, {}, async_val=60, transport="ssh")[0]["args"]
+    # watch_controller false (a sweep meant to outlive the play), also from the bench role's variable
+    alone = _run({"url": "u", "watch_controller": False}, {}, async_val=60, transport="local")[0]["args"]
+    assert "watch_pid" not in alone and "watch_controller" not in alone
+    role = _run({"url": "u", "options_from_role": "bench"}, {"sglang_bench_watch_controller": False},
+                async_val=60, transport="local")[0]["args"]
+    assert "watch_pid" not in role and "watch_controller" not in role
