@@ -19,7 +19,9 @@ option in the module's DOCUMENTATION (with its doc fragments). From those this w
   model role's base folder, tune_search's plateau gain).
 - ``plugins/module_utils/_sweep/spec.py``: the throughput_sweep module's argument spec (the module
   runs on hosts, where no YAML parser may be installed).
-- each role README's variables table (``tools/gen_role_readme.py``).
+- each role README's variables table (``tools/gen_role_readme.py``), and docs/fleet.md's tables of the
+  rollout guard's checks and thresholds (``plugin_utils/_guard.py`` CHECKS and THRESHOLDS), between
+  ``<!-- BEGIN generated: <name> (tools/gen_declared.py) -->`` and ``<!-- END generated -->``.
 """
 from __future__ import annotations
 
@@ -201,6 +203,32 @@ def sweep_spec_text() -> str:
     )
 
 
+MARKDOWN = re.compile(r"^<!-- BEGIN generated: (?P<what>[\w ]+) \(tools/gen_declared.py\) -->\n(?:.*\n)*?<!-- END generated -->\n",
+                      re.M)
+
+
+def _guard_tables() -> dict[str, list[str]]:
+    """docs/fleet.md's tables of the rollout guard, from plugin_utils/_guard.py's CHECKS and THRESHOLDS."""
+    from ansible_collections.llmops.sglang.plugins.plugin_utils import _guard
+
+    checks = ["| check | measured from (SGLang 0.5.17 names) | fails when |", "|---|---|---|"]
+    checks += [f"| {c.reports} | {c.measured} | {c.fails} |" for c in _guard.CHECKS]
+    keys = ["| key | default | meaning, and why this default |", "|---|---|---|"]
+    keys += [f"| `{key}` | {_flow(th.default)} | {th.meaning} |" for key, th in _guard.THRESHOLDS.items()]
+    return {"guard checks": checks, "guard thresholds": keys}
+
+
+def with_markdown_tables(text: str) -> str:
+    tables = _guard_tables()
+
+    def table(m: re.Match[str]) -> str:
+        if m["what"] not in tables:
+            raise SystemExit(f"no generated table is called {m['what']!r}")
+        head = m.group(0).split("\n", 1)[0]
+        return "\n".join([head, *tables[m["what"]], "<!-- END generated -->"]) + "\n"
+    return MARKDOWN.sub(table, text)
+
+
 def outputs() -> dict[Path, str]:
     """Every derived file and its current text."""
     out: dict[Path, str] = {}
@@ -214,6 +242,8 @@ def outputs() -> dict[Path, str]:
         role = specs_path.parents[1].name
         out[specs_path.parents[1] / "defaults" / "main.yml"] = role_defaults_text(role, out[specs_path])
     out[SWEEP_SPEC] = sweep_spec_text()
+    fleet = ROOT / "docs" / "fleet.md"
+    out[fleet] = with_markdown_tables(fleet.read_text())
     return out
 
 

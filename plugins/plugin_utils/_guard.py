@@ -29,9 +29,9 @@ restart is unknown).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _servermetrics as sm
 
@@ -44,34 +44,42 @@ HISTOGRAMS = {"ttft": "time_to_first_token_seconds", "itl": "inter_token_latency
 E2E = "e2e_request_latency_seconds"
 
 
-class GuardThresholds(TypedDict):
-    """``sglang_rollout_guard``: every key optional, defaults in DEFAULTS."""
-    min_requests: int
-    error_alpha: float
-    max_error_rate_increase: float
-    count_client_errors: bool
-    latency_quantiles: list[float]
-    max_ttft_ratio: float
-    max_itl_ratio: float
-    ttft_slack_s: float
-    itl_slack_s: float
-    min_throughput_ratio: float
-    max_accept_length_drop: float
+@dataclass(frozen=True)
+class Threshold:
+    """A key of ``sglang_rollout_guard``: its default and what it means, and why this default (the
+    table of docs/fleet.md "The rollout guard" is written from these: ``make generated``)."""
+    default: Any
+    meaning: str
 
 
-DEFAULTS: GuardThresholds = {
-    "min_requests": 50,
-    "error_alpha": 0.01,
-    "max_error_rate_increase": 0.0,
-    "count_client_errors": True,
-    "latency_quantiles": [0.5, 0.9],
-    "max_ttft_ratio": 1.5,
-    "max_itl_ratio": 1.5,
-    "ttft_slack_s": 0.02,
-    "itl_slack_s": 0.002,
-    "min_throughput_ratio": 0.67,
-    "max_accept_length_drop": 0.2,
+# ``sglang_rollout_guard``: every key optional; adding one is a row here and the code that reads it.
+THRESHOLDS: dict[str, Threshold] = {
+    "min_requests": Threshold(50, "requests each side must serve in the window for a verdict on latency and throughput "
+                              "(and TTFT/ITL observations per side); below it the decision is `inconclusive`. "
+                              "Quantiles of fewer requests move by a bucket from one window to the next."),
+    "error_alpha": Threshold(0.01, "significance of the error test: about one false alarm in 100 canaries of equal "
+                                   "configurations"),
+    "max_error_rate_increase": Threshold(0.0, "error-rate increase tolerated beyond noise (absolute share: 0.01 = one "
+                                              "point); 0: any significant increase fails"),
+    "count_client_errors": Threshold(True, "count 4xx as errors: a template or flag change can make valid requests "
+                                           "fail with 400; both sides see the same clients, so their own bad requests "
+                                           "cancel out"),
+    "latency_quantiles": Threshold([0.5, 0.9], "TTFT and ITL quantiles compared (p99 of a 50-request window is one "
+                                               "request)"),
+    "max_ttft_ratio": Threshold(1.5, "canary TTFT above 1.5x the baseline fails: catches a 2x regression with room for "
+                                     "window-to-window noise"),
+    "max_itl_ratio": Threshold(1.5, "the same for inter-token latency"),
+    "ttft_slack_s": Threshold(0.02, "absolute slack added to the TTFT limit (tiny latencies: 10 ms against 5 ms is not a "
+                                    "regression)"),
+    "itl_slack_s": Threshold(0.002, "the same for ITL (its first bucket is 2 ms)"),
+    "min_throughput_ratio": Threshold(0.67, "canary tokens per request-second below 0.67x the baseline, and significant "
+                                            "(p < `error_alpha`), fails (catches half the decode speed)"),
+    "max_accept_length_drop": Threshold(0.2, "speculative accept length more than 20 % below the baseline fails (a draft "
+                                             "model or step change that stops paying)"),
 }
+# the thresholds a decision uses: THRESHOLDS' defaults with the user's sglang_rollout_guard applied
+GuardThresholds = dict[str, Any]
+DEFAULTS: GuardThresholds = {key: threshold.default for key, threshold in THRESHOLDS.items()}
 
 
 DIFFERENT_BUCKETS = ("instances serve different histogram buckets (--bucket-time-to-first-token / "
@@ -88,7 +96,7 @@ def thresholds(overrides: Mapping[str, Any] | None = None) -> GuardThresholds:
     for key, value in (overrides or {}).items():
         if key not in DEFAULTS:
             raise GuardError(f"sglang_rollout_guard: unknown key {key!r}; the keys are {', '.join(DEFAULTS)}")
-        default = DEFAULTS[key]  # type: ignore[literal-required]
+        default = DEFAULTS[key]
         if isinstance(default, bool):
             ok = isinstance(value, bool)
         elif isinstance(default, list):
@@ -103,7 +111,7 @@ def thresholds(overrides: Mapping[str, Any] | None = None) -> GuardThresholds:
         out[key] = list(value) if isinstance(value, list) else value
     if out["min_requests"] < 1:
         raise GuardError("sglang_rollout_guard.min_requests must be at least 1")
-    return out  # type: ignore[return-value]
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,7 +382,7 @@ def _bounded(entry: Mapping[str, Any], first_bound: float | None) -> float | Non
 def check_latency(key: str, can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds
                   ) -> list[dict[str, Any]]:
     """Canary latency above ratio x baseline + slack, on each quantile and on the exact mean."""
-    ratio, slack = limits[f"max_{key}_ratio"], limits[f"{key}_slack_s"]  # type: ignore[literal-required]
+    ratio, slack = limits[f"max_{key}_ratio"], limits[f"{key}_slack_s"]
     c, b = can[key], base[key]
     limit = f"<= {ratio} x baseline + {slack} s"
     out = []
@@ -449,6 +457,67 @@ def check_accept(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardT
                   "generation tokens / verify calls")
 
 
+@dataclass(frozen=True)
+class GuardCheck:
+    """One kind of check: the names it reports, what it is measured from and when it fails (the
+    table of docs/fleet.md "The rollout guard" is written from these: ``make generated``), and
+    how it runs on the two sides (None: the router's, which ``decide`` runs on the router's
+    outcomes when it has them)."""
+    reports: str
+    measured: str
+    fails: str
+    run: Callable[[Mapping[str, Any], Mapping[str, Any], GuardThresholds], list[dict[str, Any]]] | None
+
+
+# The checks, in the order a verdict lists them; adding one is a row here and its check function.
+CHECKS: tuple[GuardCheck, ...] = (
+    GuardCheck(
+        "`error_rate`",
+        "4xx + 5xx of `sglang:http_responses_total` on `/generate`, `/v1/completions`, `/v1/chat/completions`, "
+        "`/v1/responses`, plus `sglang:num_aborted_requests_total` (absent until the first abort: 0), out of the "
+        "generation responses (or `sglang:num_requests_total` if larger)",
+        "the canary's rate is above the baseline's + `max_error_rate_increase` **and** a one-sided conditional "
+        "binomial test says it is not noise (given the errors of both sides, the chance that the canary got at least "
+        "its share if both had the same rate, its share of requests, is below `error_alpha`). Judged even on little "
+        "traffic: a canary failing 8 of 9 requests fails.",
+        lambda can, base, limits: [check_errors(can, base, limits)]),
+    GuardCheck(
+        "`router_error_rate` (when the router's scrapes are given: `router_outcomes()`)",
+        "sglang-router 0.3.2's `smg_worker_cb_outcomes_total{worker,outcome}` for the canary's and the baseline's "
+        "worker URLs: every attempt, failures being HTTP 4xx/5xx and connection errors, which a server's own "
+        "`/metrics` never sees (a crashed or refusing canary)",
+        "the same test as `error_rate`",
+        None),
+    GuardCheck(
+        "`ttft_p50`, `ttft_p90`, `ttft_mean`",
+        "histogram `sglang:time_to_first_token_seconds` (streaming and non-streaming summed)",
+        "canary > `max_ttft_ratio` x baseline + `ttft_slack_s`",
+        lambda can, base, limits: check_latency("ttft", can, base, limits)),
+    GuardCheck(
+        "`itl_p50`, `itl_p90`, `itl_mean`",
+        "histogram `sglang:inter_token_latency_seconds` (one observation per token)",
+        "canary > `max_itl_ratio` x baseline + `itl_slack_s`",
+        lambda can, base, limits: check_latency("itl", can, base, limits)),
+    GuardCheck(
+        "`throughput_per_running`",
+        "delta `sglang:generation_tokens_total` / delta `sglang:e2e_request_latency_seconds_sum`: generation tokens "
+        "per request-second, the finished requests' latencies summed (the integral of the running requests over the "
+        "window, by Little's law), so it cannot contradict the latencies; its relative standard error is the "
+        "requests' latency spread (from the e2e histogram) over sqrt(n)",
+        "canary < `min_throughput_ratio` x baseline **and** a one-sided z-test on the log ratio says it is not noise "
+        "(p < `error_alpha`); below the limit but not significant it passes, saying so; \"not measured\" (not "
+        "blocking) with fewer than `min_requests` finished requests a side. Before (issue 28 item 8) it divided by a "
+        "sampled `num_running_reqs`, mostly 0 at light load: 2,687 tok/s per running request beside an ITL allowing "
+        "about 60, and a good canary failed on it",
+        lambda can, base, limits: [check_throughput(can, base, limits)]),
+    GuardCheck(
+        "`spec_accept_length` (only when both sides speculate)",
+        "delta `sglang:generation_tokens_total` / delta `sglang:spec_verify_calls_total`",
+        "canary < (1 - `max_accept_length_drop`) x baseline",
+        lambda can, base, limits: [c for c in [check_accept(can, base, limits)] if c is not None]),
+)
+
+
 def decide(canary: Iterable[Mapping[str, Any]], baseline: Iterable[Mapping[str, Any]],
            overrides: Mapping[str, Any] | None = None,
            router: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
@@ -464,15 +533,12 @@ def decide(canary: Iterable[Mapping[str, Any]], baseline: Iterable[Mapping[str, 
     for key in HISTOGRAMS:
         if can[key]["bounds"] and base[key]["bounds"] and can[key]["bounds"] != base[key]["bounds"]:
             raise GuardError(f"{key}: canary and baseline: {DIFFERENT_BUCKETS}")
-    checks = [check_errors(can, base, limits)]
-    if router is not None:
-        checks.append(check_errors(router["canary"], router["baseline"], limits, "router_error_rate"))
-    for key in HISTOGRAMS:
-        checks += check_latency(key, can, base, limits)
-    checks.append(check_throughput(can, base, limits))
-    accept = check_accept(can, base, limits)
-    if accept is not None:
-        checks.append(accept)
+    checks: list[dict[str, Any]] = []
+    for check in CHECKS:
+        if check.run is not None:
+            checks += check.run(can, base, limits)
+        elif router is not None:
+            checks.append(check_errors(router["canary"], router["baseline"], limits, "router_error_rate"))
     failed = [c for c in checks if c["verdict"] == FAIL]
     little = [s for s, v in (("canary", can), ("baseline", base)) if v["requests"] < limits["min_requests"]]
     if failed:

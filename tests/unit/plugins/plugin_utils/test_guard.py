@@ -345,3 +345,18 @@ def test_router_failures_of_the_canary_fail_even_when_its_server_saw_none() -> N
 def test_router_restart_counts_from_the_restart() -> None:
     outcomes = g.router_outcomes(router_end(0), ROUTER_T0, ["http://10.0.0.1:30000"], ["http://10.0.0.2:30000"])
     assert outcomes["canary"]["requests"] == 100
+
+
+def test_every_check_a_verdict_lists_is_a_row_of_the_checks_table() -> None:
+    """The verdict's checks, in order, are CHECKS' rows (the table docs/fleet.md is written from),
+    the router's only with the router's outcomes; every threshold key has its row."""
+    w = g.instance_window(text("hybrid-after-sweep-real"), text("hybrid-after-sweep-warm"), 120.0, running_mean=8)
+    router = {"canary": {"requests": 100, "errors": 0, "error_rate": 0.0},
+              "baseline": {"requests": 100, "errors": 0, "error_rate": 0.0}}
+    names = [c["check"] for c in g.decide([w], [w], router=router)["checks"]]
+    rows = [row.reports for row in g.CHECKS]
+    assert [next(i for i, row in enumerate(rows) if f"`{name}`" in row) for name in names] == sorted(
+        next(i for i, row in enumerate(rows) if f"`{name}`" in row) for name in names)
+    assert {next(i for i, row in enumerate(rows) if f"`{name}`" in row) for name in names} == set(range(len(rows)))
+    assert "router_error_rate" not in [c["check"] for c in g.decide([w], [w])["checks"]]
+    assert set(g.DEFAULTS) == set(g.THRESHOLDS) and g.thresholds() == g.DEFAULTS
