@@ -17,22 +17,16 @@ import json
 import math
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import SweepError
 
-KINDS = ("random", "shared_prefix", "multi_turn", "file")
 DISTS = ("fixed", "uniform", "normal", "lognormal")
 ORDERS = ("shuffled", "round_robin", "grouped")
 CHARS_PER_TOKEN = 4
 DEFAULT_SEED = 42
-_KEYS = {
-    "random": {"kind", "input_len", "output_len"},
-    "shared_prefix": {"kind", "groups", "prompts_per_group", "prefix_len", "suffix_len", "output_len", "order"},
-    "multi_turn": {"kind", "conversations", "turns", "input_len", "output_len", "think_time_s"},
-    "file": {"kind", "path", "order", "output_len"},
-}
 
 
 @dataclass(frozen=True)
@@ -159,9 +153,9 @@ class Workload:
 
     @property
     def conversational(self) -> bool:
-        return self.kind == "multi_turn"
+        return KINDS[self.kind].request is None
 
-    def _out(self, *key: Any) -> int | None:
+    def out_tokens(self, *key: Any) -> int | None:
         spec = self.lengths.get("output_len")
         return None if spec is None else int(spec.draw(rng_for(self.seed, "output", *key)))
 
@@ -172,21 +166,10 @@ class Workload:
         return self._prefixes[group]
 
     def request(self, index: int) -> Request:
-        if self.kind == "random":
-            if "input_len" not in self.lengths:
-                return Request(self.prompts[index % len(self.prompts)], self._out(index))
-            n = int(self.lengths["input_len"].draw(rng_for(self.seed, "input_len", index)))
-            return Request(gen_text(rng_for(self.seed, "input", index), n), self._out(index))
-        if self.kind == "shared_prefix":
-            group, k = self.order[index % len(self.order)]
-            n = int(self.lengths["suffix_len"].draw(rng_for(self.seed, "suffix_len", group, k)))
-            return Request(self.prefix(group) + gen_text(rng_for(self.seed, "suffix", group, k), n),
-                           self._out(group, k))
-        if self.kind == "file":
-            row = self.rows[self.order[index % len(self.order)]]
-            out = self._out(index) if row.max_tokens is None else row.max_tokens
-            return Request(row.prompt, out)
-        raise AssertionError("multi_turn requests are made by conversation()")
+        make = KINDS[self.kind].request
+        if make is None:
+            raise AssertionError(f"{self.kind} requests are made by conversation()")
+        return make(self, index)
 
     def conversation(self, index: int) -> list[Request]:
         """The user turns of conversation ``index`` (the server's replies go between them)."""
@@ -194,7 +177,7 @@ class Workload:
         turns = _int(self.spec, "turns", 4)
         return [Request(gen_text(rng_for(self.seed, "turn", conv, t),
                                  int(self.lengths["input_len"].draw(rng_for(self.seed, "turn_len", conv, t)))),
-                        self._out(conv, t)) for t in range(turns)]
+                        self.out_tokens(conv, t)) for t in range(turns)]
 
     def think(self, index: int, turn: int) -> float:
         spec = self.lengths.get("think_time_s")
@@ -202,9 +185,8 @@ class Workload:
 
     def warm_prompts(self) -> list[str]:
         """What ``warm`` sends before a level: each group's prefix (shared_prefix), else nothing."""
-        if self.kind != "shared_prefix":
-            return []
-        return [self.prefix(g) for g in range(_int(self.spec, "groups", 64))]
+        warm = KINDS[self.kind].warm
+        return [] if warm is None else warm(self)
 
     def describe(self) -> dict[str, Any]:
         """The workload as run, for the facts: enough to repeat it exactly."""
@@ -212,7 +194,7 @@ class Workload:
         for key, value in self.spec.items():
             if key != "kind":
                 out[key] = self.lengths[key].describe() if key in self.lengths else value
-        if self.kind == "file":
+        if self.rows:
             out["rows"] = len(self.rows)
         return out
 
@@ -224,37 +206,94 @@ def parse_workload(spec: Any, seed: Any, prompts: list[str]) -> Workload:
     if kind not in KINDS:
         raise SweepError(f"workload.kind must be one of {', '.join(KINDS)}, got {kind!r}")
     spec["kind"] = kind
-    unknown = sorted(set(spec) - _KEYS[kind])
+    row = KINDS[kind]
+    unknown = sorted(set(spec) - row.keys)
     if unknown:
         raise SweepError(f"workload of kind {kind} does not take {', '.join(unknown)}; "
-                         f"it takes {', '.join(sorted(_KEYS[kind]))}")
+                         f"it takes {', '.join(sorted(row.keys))}")
     seed = DEFAULT_SEED if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise SweepError(f"seed must be an integer, got {seed!r}")
     lengths: dict[str, Length] = {}
-    defaults = {"prefix_len": 2048, "suffix_len": 128} if kind == "shared_prefix" else {}
-    if kind == "multi_turn":
-        defaults["input_len"] = 128
     for name in ("input_len", "output_len", "prefix_len", "suffix_len"):
-        if name in _KEYS[kind] and (name in spec or name in defaults):
-            lengths[name] = parse_length(name, spec.get(name, defaults.get(name)))
+        if name in row.keys and (name in spec or name in row.lengths):
+            lengths[name] = parse_length(name, spec.get(name, row.lengths.get(name)))
     if "think_time_s" in spec:
         lengths["think_time_s"] = parse_length("think_time_s", spec["think_time_s"], 0.0)
     work = Workload(kind, seed, spec, list(prompts), lengths)
-    if kind == "shared_prefix":
-        work.order = _group_order(spec, seed)
-    elif kind == "multi_turn":
-        _int(spec, "conversations", 16)
-        _int(spec, "turns", 4)
-    elif kind == "file":
-        work.rows = read_jsonl(spec.get("path"))
-        order = spec.get("order", "sequential")
-        if order not in ("sequential", "shuffled"):
-            raise SweepError(f"workload.order of a file must be sequential or shuffled, got {order!r}")
-        work.order = list(range(len(work.rows)))
-        if order == "shuffled":
-            rng_for(seed, "file_order").shuffle(work.order)
+    if row.prepare is not None:
+        row.prepare(work)
     return work
+
+
+# --------------------------------------------------------------------------------------------
+# The kinds: what each takes and how it makes its requests
+
+
+def _random_request(work: Workload, index: int) -> Request:
+    if "input_len" not in work.lengths:
+        return Request(work.prompts[index % len(work.prompts)], work.out_tokens(index))
+    n = int(work.lengths["input_len"].draw(rng_for(work.seed, "input_len", index)))
+    return Request(gen_text(rng_for(work.seed, "input", index), n), work.out_tokens(index))
+
+
+def _shared_prefix_request(work: Workload, index: int) -> Request:
+    group, k = work.order[index % len(work.order)]
+    n = int(work.lengths["suffix_len"].draw(rng_for(work.seed, "suffix_len", group, k)))
+    return Request(work.prefix(group) + gen_text(rng_for(work.seed, "suffix", group, k), n), work.out_tokens(group, k))
+
+
+def _shared_prefix_warm(work: Workload) -> list[str]:
+    return [work.prefix(g) for g in range(_int(work.spec, "groups", 64))]
+
+
+def _shared_prefix_prepare(work: Workload) -> None:
+    work.order = _group_order(work.spec, work.seed)
+
+
+def _multi_turn_prepare(work: Workload) -> None:
+    _int(work.spec, "conversations", 16)
+    _int(work.spec, "turns", 4)
+
+
+def _file_request(work: Workload, index: int) -> Request:
+    row = work.rows[work.order[index % len(work.order)]]
+    return Request(row.prompt, work.out_tokens(index) if row.max_tokens is None else row.max_tokens)
+
+
+def _file_prepare(work: Workload) -> None:
+    work.rows = read_jsonl(work.spec.get("path"))
+    order = work.spec.get("order", "sequential")
+    if order not in ("sequential", "shuffled"):
+        raise SweepError(f"workload.order of a file must be sequential or shuffled, got {order!r}")
+    work.order = list(range(len(work.rows)))
+    if order == "shuffled":
+        rng_for(work.seed, "file_order").shuffle(work.order)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One workload kind: the keys its ``workload`` mapping takes, the lengths it draws when none is
+    given, and its functions - ready the workload (checks, order, rows), make request ``i`` (None:
+    a conversation's turns, ``Workload.conversation``), the prompts ``warm`` sends."""
+
+    keys: frozenset[str]
+    lengths: dict[str, float]
+    prepare: Callable[[Workload], None] | None
+    request: Callable[[Workload, int], Request] | None
+    warm: Callable[[Workload], list[str]] | None = None
+
+
+# The workload kinds (docs/sweep.md "Workloads"): adding one is a row here and its functions.
+KINDS: dict[str, Kind] = {
+    "random": Kind(frozenset({"kind", "input_len", "output_len"}), {}, None, _random_request),
+    "shared_prefix": Kind(frozenset({"kind", "groups", "prompts_per_group", "prefix_len", "suffix_len", "output_len",
+                                     "order"}), {"prefix_len": 2048, "suffix_len": 128},
+                          _shared_prefix_prepare, _shared_prefix_request, _shared_prefix_warm),
+    "multi_turn": Kind(frozenset({"kind", "conversations", "turns", "input_len", "output_len", "think_time_s"}),
+                       {"input_len": 128}, _multi_turn_prepare, None),
+    "file": Kind(frozenset({"kind", "path", "order", "output_len"}), {}, _file_prepare, _file_request),
+}
 
 
 def _group_order(spec: dict[str, Any], seed: int) -> list[tuple[int, int]]:
