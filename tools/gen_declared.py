@@ -25,7 +25,6 @@ option in the module's DOCUMENTATION (with its doc fragments). From those this w
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
 import sys
@@ -92,30 +91,9 @@ def role_options(role: str, text: str | None = None) -> dict[str, dict[str, Any]
     return out
 
 
-def module_doc(name: str) -> dict[str, Any]:
-    """A module's DOCUMENTATION, read from its file without importing it (its code imports what this
-    tool is about to write)."""
-    tree = ast.parse((ROOT / "plugins" / "modules" / f"{name}.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DOCUMENTATION" for t in node.targets):
-            return yaml.safe_load(ast.literal_eval(node.value)) or {}
-    raise SystemExit(f"plugins/modules/{name}.py has no DOCUMENTATION")
-
-
-def documented_options(name: str) -> dict[str, Any]:
-    """A module's options as ansible-doc shows them: its doc fragments' merged under its own."""
-    doc = module_doc(name)
-    options: dict[str, Any] = {}
-    fragments = doc.get("extends_documentation_fragment") or []
-    for fragment in [fragments] if isinstance(fragments, str) else fragments:
-        options.update(_docspec.fragment_options(str(fragment)))
-    options.update(doc.get("options") or {})
-    return options
-
-
 def declared_default(kind: str, name: str, option: str) -> Any:
     if kind == "module":
-        options = documented_options(name)
+        options = _docspec.documented_options(name)
     else:
         options = role_options(name)
     if option not in options or "default" not in options[option]:
@@ -136,8 +114,8 @@ def option_block(module: str, prefix: str, exclude: set[str], indent: str) -> st
     """A role's variables for a module's options that have a default: its type, elements, choices,
     default and description, each ``<prefix><option>``."""
     lines = []
-    options = documented_options(module)
-    own = module_doc(module)["options"]
+    options = _docspec.documented_options(module)
+    own = _docspec.module_documentation(module)["options"]
     for name in [*own, *(name for name in options if name not in own)]:  # its own options, then its fragments'
         option = options[name]
         if "default" not in option or name in exclude:
@@ -186,7 +164,7 @@ def role_defaults_text(role: str, specs_text: str) -> str:
 
 
 def sweep_spec_text() -> str:
-    spec = _docspec.options_spec(documented_options(SWEEP_MODULE))
+    spec = _docspec.options_spec(_docspec.documented_options(SWEEP_MODULE))
     for name, entry in spec.items():
         if _SECRET_LOOKING.search(name) and "no_log" not in entry:
             entry["no_log"] = bool(_SECRET.search(name))
