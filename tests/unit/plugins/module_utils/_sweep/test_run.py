@@ -205,15 +205,28 @@ def test_stop_on_plateau_and_legacy_server_info(server: str, monkeypatch: pytest
 
 
 def test_duration_mode(server: str) -> None:
+    """Clients send until the duration has passed since the level began, and no request after it.
+    The level's clock starts before its first request is sent, so duration_s (first request's
+    start to last one's end) may be short of the duration by that delay, longer on a loaded
+    machine (0.3966 s once beside make test's other stages); what holds whatever the load: every
+    request started within the duration of the first one, and requests kept coming."""
     configure(server, rate=2000.0, prefill_s=0.01)
     facts = sw.run_sweep(
-        sw.SweepOptions(url=server, concurrency=[2], duration=0.4, warmup=0, max_tokens=20,
-                        return_records=False)
+        sw.SweepOptions(url=server, concurrency=[2], duration=0.4, warmup=0, max_tokens=20)
     )
     point = facts["points"][0]
     assert point["requests"] > 4 and point["ok"] == point["requests"]
-    assert point["duration_s"] >= 0.4
-    assert facts["records"] == [] and facts["options"]["duration"] == 0.4
+    starts = [r["start_s"] for r in facts["records"]]
+    # (+ 50 ms: the process descheduled between a client's look at the clock and its send's stamp)
+    assert len(starts) == point["requests"] and max(starts) - min(starts) < 0.4 + 0.05
+    assert facts["options"]["duration"] == 0.4
+
+
+def test_no_records_when_not_asked(server: str) -> None:
+    configure(server, rate=2000.0, prefill_s=0.01)
+    facts = sw.run_sweep(sw.SweepOptions(url=server, concurrency=[1], requests=2, warmup=0, max_tokens=5,
+                                         return_records=False))
+    assert facts["points"][0]["ok"] == 2 and facts["records"] == []
 
 
 # A server killed mid-sweep. Levels C=1, 4, 8 of 100 tokens on 4 slots (S = 0.3 s per request),
