@@ -18,7 +18,8 @@ option in the module's DOCUMENTATION (with its doc fragments). From those this w
   module option's default (the bench role's sweep options, the tune role's levels and gain, the
   model role's base folder, tune_search's plateau gain).
 - ``plugins/module_utils/_sweep/spec.py``: the throughput_sweep module's argument spec (the module
-  runs on hosts, where no YAML parser may be installed).
+  runs on hosts, where no YAML parser may be installed) and ``DeclaredOptions``, a dataclass field
+  per option with its documented default (``SweepOptions`` extends it).
 - each role README's variables table (``tools/gen_role_readme.py``), and docs/fleet.md's tables of the
   rollout guard's checks and thresholds (``plugin_utils/_guard.py`` CHECKS and THRESHOLDS), between
   ``<!-- BEGIN generated: <name> (tools/gen_declared.py) -->`` and ``<!-- END generated -->``.
@@ -168,13 +169,48 @@ def sweep_spec_text() -> str:
     return (
         "# Copyright: llmops.sglang contributors\n"
         "# Apache-2.0 (see LICENSE)\n"
-        f'"""The argument spec of llmops.sglang.{SWEEP_MODULE}.\n\n'
+        f'"""The argument spec of llmops.sglang.{SWEEP_MODULE}, and ``DeclaredOptions``: its options as\n'
+        "dataclass fields with their documented defaults (``SweepOptions`` in ``options.py`` adds the\n"
+        "rules). An option documented there is taken, carried and reported (the facts' ``options``)\n"
+        "with no line written for it here or in ``options.py``.\n\n"
         f"{GENERATED.format(source=f'plugins/modules/{SWEEP_MODULE}.py (its DOCUMENTATION and doc fragments)')}\n"
         '"""\n'
         "from __future__ import annotations\n\n"
+        "from dataclasses import dataclass, field\n"
         "from typing import Any\n\n"
-        f"ARGUMENT_SPEC: dict[str, dict[str, Any]] = {body}\n"
+        f"ARGUMENT_SPEC: dict[str, dict[str, Any]] = {body}\n\n\n"
+        + sweep_dataclass_text(spec)
     )
+
+
+_PY_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "path": "str", "dict": "dict[str, Any]"}
+
+
+def _field_type(entry: dict[str, Any]) -> str:
+    kind = entry.get("type", "str")
+    text = f"list[{_PY_TYPES.get(entry.get('elements', ''), 'Any')}]" if kind == "list" else _PY_TYPES.get(kind, "Any")
+    return text if entry.get("required") or entry.get("default") is not None or text == "Any" else f"{text} | None"
+
+
+def sweep_dataclass_text(spec: dict[str, dict[str, Any]]) -> str:
+    """``DeclaredOptions``: a field per option the sweep carries (every documented option but the
+    action plugin's own, doc fragment ``sweep_action``), required ones first, each with its
+    documented default (a list or dict through ``default_factory``)."""
+    action_only = set(_docspec.fragment_options("llmops.sglang.sweep_action"))
+    names = [name for name in spec if name not in action_only]
+    names.sort(key=lambda name: not spec[name].get("required"))  # stable: the documented order otherwise
+    lines = ["@dataclass", "class DeclaredOptions:",
+             '    """Every option of the sweep, with its documented default."""', ""]
+    for name in names:
+        entry = spec[name]
+        annotation = f"{name}: {_field_type(entry)}"
+        if entry.get("required"):
+            lines.append(f"    {annotation}")
+        elif isinstance(entry.get("default"), (list, dict)):
+            lines.append(f"    {annotation} = field(default_factory=lambda: {entry['default']!r})")
+        else:
+            lines.append(f"    {annotation} = {entry.get('default')!r}")
+    return "\n".join(lines) + "\n"
 
 
 MARKDOWN = re.compile(r"^<!-- BEGIN generated: (?P<what>[\w ]+) \(tools/gen_declared.py\) -->\n(?:.*\n)*?<!-- END generated -->\n",

@@ -98,26 +98,6 @@ options:
       - Seconds per level instead of a request count. Clients keep sending until the time has
         passed; requests still in flight then are waited for (within O(level_timeout)).
     type: float
-  max_tokens:
-    description:
-      - Output tokens asked for per request (C(max_tokens), or C(max_new_tokens) for native).
-    type: int
-    default: 1024
-  temperature:
-    description: Sampling temperature.
-    type: float
-    default: 0.6
-  top_p:
-    description: Nucleus sampling top_p.
-    type: float
-    default: 0.95
-  ignore_eos:
-    description:
-      - Ask the server to ignore end-of-sequence so that every request produces O(max_tokens)
-        tokens (C(finish_reason=length)). A response ending with another reason and fewer tokens
-        is counted as a C(short) error.
-    type: bool
-    default: true
   prompts:
     description:
       - Prompts, used round-robin by request index.
@@ -269,6 +249,7 @@ extends_documentation_fragment:
   - llmops.sglang.server_api
   - llmops.sglang.sweep_action
   - llmops.sglang.sweep_open_loop
+  - llmops.sglang.sweep_request
   - llmops.sglang.sweep_workload
 attributes:
   action:

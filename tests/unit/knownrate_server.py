@@ -227,7 +227,7 @@ class KnownRateServer:
             include_usage = False
         served: dict[str, Any] = {"prompt": body.get("prompt" if api == "openai" else "text"),
                                   "max_tokens": max_tokens, "received": received, "slot": None,
-                                  "done": None, "tokens": 0}
+                                  "done": None, "tokens": 0, "body": body}
         self.served.append(served)
         self.max_tokens_seen[max_tokens] = self.max_tokens_seen.get(max_tokens, 0) + 1
         fault = self._fault(number)

@@ -7,6 +7,7 @@ needs aiohttp (optional: ``HAS_AIOHTTP``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
     DEFAULT_PROMPTS,
     READ_BUFSIZE,
     TIMEOUTS,
+    SweepError,
     auth_message,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options import SweepOptions
@@ -63,17 +65,45 @@ def build_payload(
         }
         if opts.ignore_eos:
             body["ignore_eos"] = True
-        return "/v1/completions", body
+        return "/v1/completions", with_extra_body(body, opts.extra_body, OPENAI_FIELDS)
     sampling: dict[str, Any] = {
         "max_new_tokens": tokens,
         "temperature": opts.temperature,
         "top_p": opts.top_p,
         "ignore_eos": opts.ignore_eos,
     }
+    extra = dict(opts.extra_body or {})
+    sampling = with_extra_body(sampling, extra.pop("sampling_params", None), NATIVE_SAMPLING_FIELDS, "sampling_params.")
     body = {"text": prompt, "sampling_params": sampling, "stream": True}
     if model:
         body["model"] = model
-    return "/generate", body
+    return "/generate", with_extra_body(body, extra, NATIVE_FIELDS)
+
+
+# The fields each API's body gets from the sweep's own options (extra_body may not set them).
+OPENAI_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "ignore_eos", "stream", "stream_options")
+NATIVE_FIELDS = ("model", "text", "stream")
+NATIVE_SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "ignore_eos")
+_FIELD_OPTIONS = {"prompt": "prompts or workload", "text": "prompts or workload", "max_new_tokens": "max_tokens",
+                  "stream": "none: the sweep measures streamed replies", "stream_options": "none: the sweep reads usage"}
+
+
+def with_extra_body(body: dict[str, Any], extra: Any, own: tuple[str, ...], where: str = "") -> dict[str, Any]:
+    """``body`` with the fields of the ``extra_body`` option (``extra``) added; raises SweepError
+    naming a field the sweep sets itself (``own``) and the option that sets it."""
+    if extra is None:
+        return body
+    if not isinstance(extra, dict):
+        raise SweepError(f"extra_body{' ' + where.rstrip('.') if where else ''} must be a mapping of fields, got {extra!r}: "
+                         "give it as name: value pairs (for example {top_k: 20}). Nothing was sent.")
+    taken = [name for name in own if name in extra]
+    if taken:
+        raise SweepError(
+            f"extra_body sets {', '.join(where + name for name in taken)}, which the sweep sets from its own options: "
+            + "; ".join(f"{name}: {_FIELD_OPTIONS.get(name, 'option ' + name)}" for name in taken)
+            + ". Remove it from extra_body (set the option instead). Nothing was sent."
+        )
+    return {**body, **copy.deepcopy(extra)}
 
 
 class Client:

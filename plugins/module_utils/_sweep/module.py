@@ -68,9 +68,8 @@ def run(module: Any) -> None:
         module.fail_json(msg=missing_aiohttp_message(sys.executable))
     params.pop("options_from_role", None)  # the action plugin's: the options are in params already
     params.pop("watch_controller", None)  # the action plugin's: it set watch_pid
-    progress = params.pop("progress_file")
-    labels = params.pop("progress_labels") or {}
-    options = SweepOptions(**{name: params[name] for name in params})
+    options = SweepOptions(**params)
+    progress, labels = options.progress_file, options.progress_labels or {}
 
     def on_level(point: dict[str, Any], time_scale: Any) -> None:
         if progress:

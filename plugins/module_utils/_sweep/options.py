@@ -6,7 +6,7 @@ of C clients needs.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._stats import KNEE_SHARE
@@ -24,20 +24,12 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.openloop impo
     check_open_loop,
     open_loop_effective,
 )
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import DeclaredOptions
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.workloads import parse_workload
 
-
-def _declared(name: str) -> Any:
-    """The field of option ``name`` with its documented default (plugins/modules/throughput_sweep.py,
-    through the generated ``spec.py``; None where the documentation gives none)."""
-    if name not in ARGUMENT_SPEC:  # documented after spec.py was written
-        raise KeyError(f"throughput_sweep's option {name} is not in _sweep/spec.py: run `make generated`")
-    value = ARGUMENT_SPEC[name].get("default")
-    if isinstance(value, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(value))
-    return field(default=value)
-
+# Not in the facts' options: the key (``api_key_set`` says whether one was sent), and where this
+# run's progress lines went (the play's files, not a setting of the measurement).
+_NOT_RECORDED = ("api_key", "progress_file", "progress_labels")
 
 # The most client processes accepted: more than the host's cores only adds switching.
 MAX_CLIENT_PROCESSES = 256
@@ -103,58 +95,11 @@ def _with_workload(raw: SweepOptions, out: SweepOptions) -> SweepOptions:
     return out
 
 
-@dataclass
-class SweepOptions:
-    """The sweep's options; each default is the option's documented one (``_declared``)."""
-
-    url: str
-    api: str = _declared("api")
-    concurrency: list[int] = _declared("concurrency")
-    requests: int | None = _declared("requests")  # per level; None: max(2*C, 8)
-    duration: float | None = _declared("duration")  # seconds per level instead of a request count
-    max_tokens: int = _declared("max_tokens")
-    temperature: float = _declared("temperature")
-    top_p: float = _declared("top_p")
-    ignore_eos: bool = _declared("ignore_eos")
-    prompts: list[str] | None = _declared("prompts")  # None: DEFAULT_PROMPTS
-    warmup: int = _declared("warmup")
-    level_warmup: bool = _declared("level_warmup")  # a discarded round of C short requests before each level
-    level_warmup_tokens: int = _declared("level_warmup_tokens")
-    timeout: float = _declared("timeout")  # per request, queueing at the server included
-    level_timeout: float = _declared("level_timeout")
-    sweep_timeout: float = _declared("sweep_timeout")
-    stop_on_plateau: bool = _declared("stop_on_plateau")
-    plateau_gain: float = _declared("plateau_gain")
-    api_key: str | None = _declared("api_key")
-    model: str | None = _declared("model")
-    return_records: bool = _declared("return_records")
-    validate_certs: bool = _declared("validate_certs")
-    max_concurrency: int = _declared("max_concurrency")
-    fail_on_errors: bool = _declared("fail_on_errors")  # acted on by the module (the sweep itself always returns)
-    watch_pid: int | None = _declared("watch_pid")  # stop when this process is gone (the controller's ansible)
-    # stop when nobody refreshed this file for heartbeat_timeout s (a controller on another host)
-    heartbeat_file: str | None = _declared("heartbeat_file")
-    heartbeat_timeout: float = _declared("heartbeat_timeout")
-    # the embedded engine's time scale when the server does not report one (a router in front
-    # of engines): the sweep is then converted to modelled time like theirs
-    time_scale: float | None = _declared("time_scale")
-    client_processes: Any = _declared("client_processes")  # client processes per level; 0 or "auto": more when client-limited
-    # what each request asks (workloads.py) and the seed of every random choice in it
-    workload: dict[str, Any] | None = _declared("workload")
-    seed: int | None = _declared("seed")  # None: openloop.DEFAULT_SEED (42, as the workloads' default)
-    flush_cache: bool = _declared("flush_cache")  # POST /flush_cache before each measured level
-    flush_timeout: float = _declared("flush_timeout")  # the server waits this long for idle before it flushes
-    warm: bool = _declared("warm")  # send each shared prefix once before each measured level
-    # open loop, goodput, SLO search, repeats (openloop.check_open_loop; docs/sweep.md)
-    mode: str = _declared("mode")
-    rates: list[float] | None = _declared("rates")
-    arrival: str = _declared("arrival")
-    level_duration_s: float | None = _declared("level_duration_s")
-    max_inflight: int | None = _declared("max_inflight")
-    slo: dict[str, Any] | None = _declared("slo")
-    search: bool = _declared("search")
-    search_tolerance: float = _declared("search_tolerance")
-    repeats: int = _declared("repeats")
+class SweepOptions(DeclaredOptions):
+    """The sweep's options: the fields and their defaults are the documented ones (``DeclaredOptions``,
+    generated from plugins/modules/throughput_sweep.py); this adds the rules between them, the
+    normal form (``normalized``) and the form the facts record (``effective``). An option with no
+    rule of its own is carried as the module validated it, and recorded as it is."""
 
     def normalized(self) -> SweepOptions:
         """A checked copy: base URL without a trailing / or /v1, levels sorted and deduplicated."""
@@ -205,9 +150,9 @@ class SweepOptions:
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")
-        return replace(_with_workload(self, SweepOptions(
+        return replace(_with_workload(self, replace(
+            self,
             url=url,
-            api=self.api,
             concurrency=levels,
             requests=None if self.requests is None else int(self.requests),
             duration=None if self.duration is None else float(self.duration),
@@ -246,43 +191,19 @@ class SweepOptions:
         return max(2 * concurrency, 8)
 
     def effective(self, model: str | None) -> dict[str, Any]:
-        """The options as run, for the facts (the API key left out)."""
+        """The options as run, for the facts: every option as carried (the API key as
+        ``api_key_set``, the model as the sweep found it, a setting that took no effect as None),
+        then the sweep's own limits."""
         return {
-            "url": self.url,
-            "api": self.api,
-            "concurrency": list(self.concurrency),
-            "requests": self.requests,
+            **{item.name: copy.deepcopy(getattr(self, item.name)) for item in fields(self) if item.name not in _NOT_RECORDED},
             "requests_rule": "max(2*C, 8)" if self.requests is None and self.duration is None else None,
-            "duration": self.duration,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "ignore_eos": self.ignore_eos,
             "prompts": list(self.prompts or DEFAULT_PROMPTS),
-            "warmup": self.warmup,
-            "level_warmup": self.level_warmup,
-            "level_warmup_tokens": self.level_warmup_tokens,
-            "timeout": self.timeout,
-            "level_timeout": self.level_timeout,
-            "sweep_timeout": self.sweep_timeout,
-            "stop_on_plateau": self.stop_on_plateau,
-            "plateau_gain": self.plateau_gain,
             "model": model,
-            "return_records": self.return_records,
-            "validate_certs": self.validate_certs,
-            "max_concurrency": self.max_concurrency,
-            "fail_on_errors": self.fail_on_errors,
-            "watch_pid": self.watch_pid,
-            "heartbeat_file": self.heartbeat_file,
             "heartbeat_timeout": self.heartbeat_timeout if self.heartbeat_file else None,
-            "time_scale": self.time_scale,
             "client_processes": "auto" if self.client_processes == 0 else self.client_processes,
             "api_key_set": bool(self.api_key),
             "workload": parse_workload(self.workload, self.seed, list(self.prompts or DEFAULT_PROMPTS)).describe(),
-            "seed": self.seed,
-            "flush_cache": self.flush_cache,
             "flush_timeout": self.flush_timeout if self.flush_cache else None,
-            "warm": self.warm,
             "knee_share": KNEE_SHARE,
             "client_cpu_limit": CLIENT_CPU_LIMIT,
             "client_lag_limit_ms": CLIENT_LAG_LIMIT_MS,

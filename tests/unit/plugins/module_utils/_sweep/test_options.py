@@ -1,6 +1,9 @@
 """The sweep's options (module_utils/_sweep/options.py): normalization and concurrency caps."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
@@ -44,3 +47,34 @@ def test_options_normalized() -> None:
     ):
         with pytest.raises(sw.SweepError):
             sw.SweepOptions(**bad).normalized()
+
+
+def test_every_documented_option_is_carried_and_recorded() -> None:
+    """An option documented in plugins/modules/throughput_sweep.py is a field of SweepOptions
+    (the generated DeclaredOptions) with its documented default, survives normalized() as the
+    module validated it, and is in the facts' options: nothing to write in options.py to add one
+    (docs/ARCHITECTURE.md "Adding an option, once")."""
+    from dataclasses import fields
+
+    from ansible_collections.llmops.sglang.plugins.module_utils._sweep import openloop, options, spec
+    from ansible_collections.llmops.sglang.plugins.plugin_utils import _docspec
+
+    documented = _docspec.documented_options("throughput_sweep")
+    action_only = set(_docspec.fragment_options("llmops.sglang.sweep_action"))
+    names = {f.name for f in fields(sw.SweepOptions)}
+    assert names == set(documented) - action_only
+    defaults = sw.SweepOptions(url="http://h")
+    for name in names - {"url"}:
+        assert getattr(defaults, name) == spec.ARGUMENT_SPEC[name].get("default"), name
+    # an option without a rule of its own (options.py and openloop.py, where the rules are, do not
+    # name it) is carried and recorded as given
+    source = Path(options.__file__).read_text() + Path(openloop.__file__).read_text()
+    unruled = sorted(name for name in names if not re.search(rf"\b{name}\b", source))
+    assert "extra_body" in unruled
+    given = {"extra_body": {"top_k": 3}}
+    opts = sw.SweepOptions(url="http://h", **given).normalized()
+    effective = opts.effective("m")
+    for name in unruled:
+        assert getattr(opts, name) == given.get(name, spec.ARGUMENT_SPEC[name].get("default")), name
+        assert effective[name] == getattr(opts, name), name
+    assert set(effective) >= names - set(options._NOT_RECORDED)
