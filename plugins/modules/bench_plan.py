@@ -15,7 +15,7 @@ description:
   - Made on the controller from the host's deployment manifest and the role C(llmops.sglang.bench)'s
     variables (C(sglang_bench_instances), C(sglang_bench_parallel_instances),
     C(sglang_bench_run_on), C(sglang_bench_python), C(sglang_bench_progress_poll),
-    C(sglang_bench_sweep_timeout), C(sglang_bench_heartbeat_timeout), C(sglang_bench_run_id)), read from
+    C(sglang_bench_sweep_timeout), C(sglang_bench_heartbeat_limit), C(sglang_bench_run_id)), read from
     the task's variables.
     Nothing runs on the host.
   - The instances to sweep - C(sglang_bench_instances), or every instance of the manifest; a
@@ -29,7 +29,7 @@ description:
     venv, else the host's C(ansible_python_interpreter)).
   - The waits (the async job's and M(llmops.sglang.sweep_wait)'s limit,
     C(sglang_bench_sweep_timeout) + 120 s; the heartbeat timeout of a remote sweep,
-    C(sglang_bench_heartbeat_timeout), 0 for max(30, 5 x C(sglang_bench_progress_poll)) s), the run's id and the names of this host's
+    C(sglang_bench_heartbeat_limit), 0 for max(30, 5 x C(sglang_bench_progress_poll)) s), the run's id and the names of this host's
     progress and heartbeat files.
 author:
   - llmops.sglang contributors (@llmops)

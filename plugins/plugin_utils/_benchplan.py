@@ -16,11 +16,11 @@ from typing import Any
 # The role variables the plan reads (each declared in roles/bench/meta/argument_specs.yml).
 VARIABLES = ("sglang_bench_instances", "sglang_bench_parallel_instances", "sglang_bench_run_on",
              "sglang_bench_python", "sglang_bench_progress_poll", "sglang_bench_sweep_timeout",
-             "sglang_bench_run_id", "sglang_bench_heartbeat_timeout")
+             "sglang_bench_run_id", "sglang_bench_heartbeat_limit")
 # How much longer than the sweep's own limit (sglang_bench_sweep_timeout) its async job and
 # sweep_wait wait: a sweep stopped by its limit still reports what it measured.
 JOB_GRACE_S = 120
-# A remote sweep stops when nobody refreshed its heartbeat file for sglang_bench_heartbeat_timeout,
+# A remote sweep stops when nobody refreshed its heartbeat file for sglang_bench_heartbeat_limit,
 # by default (0) max(HEARTBEAT_MIN_S, HEARTBEAT_POLLS x the progress poll): several polls may be
 # missed (a slow connection, a busy controller) before it gives up.
 HEARTBEAT_MIN_S = 30.0
@@ -106,9 +106,9 @@ def plan(req: BenchHost, *, controller_started: float | None, now: float, contro
     poll = float(variables["sglang_bench_progress_poll"])
     if not poll > 0:
         raise BenchPlanError(f"sglang_bench_progress_poll must be > 0 seconds, got {variables['sglang_bench_progress_poll']!r}")
-    heartbeat_timeout = float(variables.get("sglang_bench_heartbeat_timeout") or 0)
+    heartbeat_timeout = float(variables.get("sglang_bench_heartbeat_limit") or 0)
     if heartbeat_timeout < 0:
-        raise BenchPlanError(f"sglang_bench_heartbeat_timeout must be > 0 seconds, or 0 for max({HEARTBEAT_MIN_S:g}, "
+        raise BenchPlanError(f"sglang_bench_heartbeat_limit must be > 0 seconds, or 0 for max({HEARTBEAT_MIN_S:g}, "
                              f"{HEARTBEAT_POLLS} x sglang_bench_progress_poll), got {heartbeat_timeout:g}")
     # names this host's progress and heartbeat files: never a leftover of an earlier run or play
     run_key = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}{int(now * 1e6) % 1_000_000:06d}-{controller_pid}"

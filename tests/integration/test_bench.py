@@ -323,7 +323,7 @@ def test_a_remote_sweep_stops_when_its_controller_is_killed(tmp_path: Path) -> N
         proc = dep.start("bench.yml", sglang_bench_concurrency=[1, 4], sglang_bench_duration=30,
                          sglang_bench_max_tokens=256, sglang_bench_level_warmup=False, sglang_bench_progress_poll=0.5,
                          sglang_bench_reports_dir=str(tmp_path / "reports"),
-                         sglang_bench_watch_controller=False, sglang_bench_heartbeat_timeout=8)
+                         sglang_bench_watch_controller=False, sglang_bench_heartbeat_limit=8)
         pattern = f"llmops-sglang-sweep-*-{proc.pid}-localhost-gpu0.jsonl"
 
         def first_level_landed() -> bool:

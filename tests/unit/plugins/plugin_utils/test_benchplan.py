@@ -44,7 +44,7 @@ def test_every_instance_one_after_another_on_the_host_with_the_engine_venv() -> 
     assert p["job_timeout"] == role_default("bench", "sglang_bench_sweep_timeout") + bp.JOB_GRACE_S
     assert p["heartbeat_timeout"] == max(30.0, 5 * role_default("bench", "sglang_bench_progress_poll"))
     assert plan(progress_poll=10)["heartbeat_timeout"] == 50.0
-    assert plan(progress_poll=10, heartbeat_timeout=8)["heartbeat_timeout"] == 8.0  # given: as given
+    assert plan(progress_poll=10, heartbeat_limit=8)["heartbeat_timeout"] == 8.0  # given: as given
 
 
 def test_parallel_instances_are_one_batch_and_no_instance_is_no_batch() -> None:
@@ -107,9 +107,9 @@ def test_run_id_and_file_names() -> None:
 def test_a_bad_poll_or_heartbeat_timeout_is_refused() -> None:
     with pytest.raises(bp.BenchPlanError, match="sglang_bench_progress_poll must be > 0 seconds, got 0"):
         plan(progress_poll=0)
-    with pytest.raises(bp.BenchPlanError, match=r"sglang_bench_heartbeat_timeout must be > 0 seconds, or 0 for "
+    with pytest.raises(bp.BenchPlanError, match=r"sglang_bench_heartbeat_limit must be > 0 seconds, or 0 for "
                                                 r"max\(30, 5 x sglang_bench_progress_poll\), got -1"):
-        plan(heartbeat_timeout=-1)
+        plan(heartbeat_limit=-1)
 
 
 def test_process_started_is_the_same_for_every_asker_and_agrees_with_ps() -> None:
