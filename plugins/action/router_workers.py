@@ -17,7 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmops.sglang.plugins.module_utils._router import RouterError
+from ansible_collections.llmops.sglang.plugins.module_utils._router.workers import RouterError
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _routing
 
 DEPLOYMENT_FACT = "sglang_deployment"

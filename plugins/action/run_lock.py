@@ -1,7 +1,7 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """Action llmops.sglang.run_lock: the run lock of a host, judged on the controller
-(documentation: plugins/modules/run_lock.py; rules: module_utils/_runlock.py; heartbeat:
+(documentation: plugins/modules/run_lock.py; rules: module_utils/_server/runlock.py; heartbeat:
 plugin_utils/_lockbeat.py).
 
 Why an action: the holder of a lock is an ``ansible-playbook`` process on a controller, which
@@ -24,7 +24,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.llmops.sglang.plugins.lookup.controller_pid import controller_pid
-from ansible_collections.llmops.sglang.plugins.module_utils import _detached, _runlock
+from ansible_collections.llmops.sglang.plugins.module_utils import _detached
+from ansible_collections.llmops.sglang.plugins.module_utils._server import runlock as _runlock
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _lockbeat
 from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 

@@ -30,7 +30,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import progress as _progress
 from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
 
 display = Display()

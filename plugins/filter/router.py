@@ -1,7 +1,7 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """The router's layout as a filter, for users' own plays and the router role: a thin shell over
-module_utils/_layout.py; documented in router_layout.yml beside this one. (Which worker URLs a
+module_utils/_server/layout.py; documented in router_layout.yml beside this one. (Which worker URLs a
 router gets is the action router_workers', plugins/action/router_workers.py.)"""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
 
 
 def _router_layout(base_dir: str, host: str, port: int | str, host_address: str | None = None) -> dict[str, Any]:

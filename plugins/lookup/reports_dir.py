@@ -52,7 +52,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.llmops.sglang.plugins.module_utils._reportsdir import VARIABLE, problem
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.reportsdir import VARIABLE, problem
 
 
 class LookupModule(LookupBase):

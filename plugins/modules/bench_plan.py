@@ -42,7 +42,7 @@ options:
     required: true
   through_router:
     description:
-      - The manifest is the router's: C(sglang_bench_instances) (names of workers) does not apply.
+      - The manifest is the router's, and C(sglang_bench_instances) (names of workers) does not apply.
     type: bool
     default: false
   health:

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.host_facts: a thin shell over module_utils/_hostfacts.py."""
+"""Ansible module llmops.sglang.host_facts: a thin shell over module_utils/_server/hostfacts.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -387,8 +387,8 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
-from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import (
+from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server.hostfacts import (
     APPS_QUERY_FIELDS,
     GPU_OPTIONAL_FIELDS,
     GPU_QUERY_FIELDS,
@@ -402,7 +402,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import (
     read_nvml,
     read_service_manager,
 )
-from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
+from ansible_collections.llmops.sglang.plugins.module_utils._server.ownership import find_ownership
 
 ENV = {"LC_ALL": "C", "LANG": "C"}
 

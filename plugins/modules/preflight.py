@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.preflight: a thin shell over module_utils/_preflight.py."""
+"""Ansible module llmops.sglang.preflight: a thin shell over module_utils/_server/preflight.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -215,7 +215,7 @@ service_manager:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._preflight import (
+from ansible_collections.llmops.sglang.plugins.module_utils._server.preflight import (
     check_commands,
     check_paths,
     check_ports,

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.rollout_window: a thin shell over module_utils/_rolloutwindow.py."""
+"""Ansible module llmops.sglang.rollout_window: a thin shell over module_utils/_rollout/window.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -89,7 +89,7 @@ router:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._rolloutwindow import measure
+from ansible_collections.llmops.sglang.plugins.module_utils._rollout.window import measure
 
 
 def main() -> None:

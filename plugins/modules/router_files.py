@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.router_files: a thin shell over module_utils/_routerfiles.py."""
+"""Ansible module llmops.sglang.router_files: a thin shell over module_utils/_router/files.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -98,7 +98,7 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._routerfiles import running, write_router
+from ansible_collections.llmops.sglang.plugins.module_utils._router.files import running, write_router
 
 PLAN_KEYS = ("paths", "argv", "python", "match", "api_key_env", "description", "unit", "service", "stop_timeout",
              "unit_user", "unit_group")

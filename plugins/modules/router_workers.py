@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.router_workers: a thin shell over module_utils/_router.py."""
+"""Ansible module llmops.sglang.router_workers: a thin shell over module_utils/_router/workers.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -219,12 +219,12 @@ ready:
 # Imports follow the documentation blocks, as ansible-test validate-modules requires.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.llmops.sglang.plugins.module_utils._deploy import wait_for_ready  # noqa: E402
-from ansible_collections.llmops.sglang.plugins.module_utils._router import (  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._router.workers import (  # noqa: E402
     RouterClient,
     RouterError,
     reconcile,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import wait_for_ready  # noqa: E402
 
 
 def main() -> None:

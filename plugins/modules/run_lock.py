@@ -21,7 +21,7 @@ description:
     renewed while the run lives. The module alone only does the file operations on the host.
   - The action reports C(changed=false) for taking and releasing the lock - it is the run's own
     bookkeeping, gone at its end - so that a run that changes nothing else reports no change.
-  - Logic in C(plugins/module_utils/_runlock.py); docs/deploy.md ("One run at a time") says how it behaves.
+  - Logic in C(plugins/module_utils/_server/runlock.py); docs/deploy.md ("One run at a time") says how it behaves.
 options:
   path:
     description: The deployment's base folder on the host (C(sglang_base_dir)); created when missing.
@@ -125,7 +125,7 @@ message:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _runlock
+from ansible_collections.llmops.sglang.plugins.module_utils._server import runlock as _runlock
 
 
 def main() -> None:

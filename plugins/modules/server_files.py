@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.server_files: a thin shell over module_utils/_serverfiles.py."""
+"""Ansible module llmops.sglang.server_files: a thin shell over module_utils/_server/files.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -155,7 +155,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._serverfiles import (
+from ansible_collections.llmops.sglang.plugins.module_utils._server.files import (
     Owner,
     restore_previous,
     stamp_matches,

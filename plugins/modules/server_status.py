@@ -143,10 +143,14 @@ all_up:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _manifest, _runlock
-from ansible_collections.llmops.sglang.plugins.module_utils._deploy import instance_status, status_lines
-from ansible_collections.llmops.sglang.plugins.module_utils._hostfacts import read_service_manager
-from ansible_collections.llmops.sglang.plugins.module_utils._ownership import find_ownership
+from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server import runlock as _runlock
+from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import (
+    instance_status,
+    status_lines,
+)
+from ansible_collections.llmops.sglang.plugins.module_utils._server.hostfacts import read_service_manager
+from ansible_collections.llmops.sglang.plugins.module_utils._server.ownership import find_ownership
 
 
 def main() -> None:

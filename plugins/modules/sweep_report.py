@@ -219,7 +219,8 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _capacity
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import capacity as _capacity
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.reportsdir import fallback_root
 from ansible_collections.llmops.sglang.plugins.module_utils._report import (
     failed_levels,
     normalize,
@@ -227,7 +228,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report import (
     render_markdown,
     write_report,
 )
-from ansible_collections.llmops.sglang.plugins.module_utils._reportsdir import fallback_root
 
 
 def _fallback(module: AnsibleModule, results: list[dict[str, Any]], out_dir: str, run_id: str, exc: OSError,

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
-"""Ansible module llmops.sglang.wait_idle: a thin shell over module_utils/_deploy.py."""
+"""Ansible module llmops.sglang.wait_idle: a thin shell over module_utils/_server/deploy.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -90,7 +90,7 @@ instances:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._deploy import wait_for_idle
+from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import wait_for_idle
 
 
 def main() -> None:

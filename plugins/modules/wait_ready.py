@@ -149,7 +149,7 @@ not_ready:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._deploy import wait_for_ready
+from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import wait_for_ready
 
 
 def main() -> None:

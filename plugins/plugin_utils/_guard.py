@@ -4,7 +4,7 @@
 (still on the old configuration) over the same window, from the servers' own ``/metrics``.
 
 Input: per instance two scrapes of ``/metrics`` (start and end of the window, parsed by
-``module_utils/_servermetrics.parse``, which reads real SGLang 0.5.17 text) and the window's
+``module_utils/_shared/servermetrics.parse``, which reads real SGLang 0.5.17 text) and the window's
 length. Output: ``pass``, ``fail`` or ``inconclusive`` (too little traffic to judge), with
 every value measured on each side, every check and the reason. docs/fleet.md "The rollout
 guard" explains each key of ``sglang_rollout_guard`` and why it is compared the way it is.
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _servermetrics as sm
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import servermetrics as sm
 
 Scrape = dict[str, Any]
 PASS, FAIL, INCONCLUSIVE, NOT_MEASURED = "pass", "fail", "inconclusive", "not measured"

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import (
     idle_spec,
     process_spec,

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
 
 # field -> the role's variable (roles/router/meta/argument_specs.yml, main entry point)
 VARIABLES: dict[str, str] = {

@@ -2,12 +2,12 @@
 # Apache-2.0 (see LICENSE)
 """Which worker URLs a router registers (controller side: the action ``router_workers`` resolves
 its ``deployment_hosts`` and ``deployments`` with it). Pure functions over the server hosts' deployment manifests;
-the URL form is module_utils/_router.py's (``normalize_url``)."""
+the URL form is module_utils/_router/workers.py's (``normalize_url``)."""
 from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._router import RouterError, normalize_url
+from ansible_collections.llmops.sglang.plugins.module_utils._router.workers import RouterError, normalize_url
 
 
 def node_rank(instance: dict[str, Any]) -> int:

@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._capacity import gpu_class_key
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import clean, find_knee, find_peak
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.capacity import gpu_class_key
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import clean, find_knee, find_peak
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import load_profiles
 

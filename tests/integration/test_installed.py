@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils._layout import engine_root
+from ansible_collections.llmops.sglang.plugins.module_utils._server.layout import engine_root
 
 from .conftest import BIN, RECAP, ROOT, group_members, make_inventory
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _routerfiles
+from ansible_collections.llmops.sglang.plugins.module_utils._router import files as _routerfiles
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _routerplan
 
 from .conftest import ROOT, Deployment, cleanup, free_port_block, group_members, make_inventory
@@ -302,7 +302,7 @@ def test_router_unit_verifies(tmp_path: Path) -> None:
     launch = base / "router" / "launch.sh"
     launch.write_text("#!/bin/sh\nexec sleep 1\n")
     launch.chmod(0o755)
-    # the plan the role writes the unit from (plugin_utils/_routerplan.py, module_utils/_routerfiles.py)
+    # the plan the role writes the unit from (plugin_utils/_routerplan.py, module_utils/_router/files.py)
     defaults = yaml.safe_load((ROOT / "roles" / "router" / "defaults" / "main.yml").read_text())
     defaults.update(sglang_router_base_dir=str(base), sglang_router_user="root", sglang_router_group="root",
                     sglang_router_host="0.0.0.0", sglang_router_prometheus_host="0.0.0.0",

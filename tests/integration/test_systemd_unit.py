@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

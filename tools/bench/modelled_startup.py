@@ -21,8 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases  # noqa: E402
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import perfmodel  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases  # noqa: E402
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]")
 START = re.compile(r"^--- (\S+) detached_service: starting")

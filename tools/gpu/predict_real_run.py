@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flags  # noqa: E402
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import perfmodel as pm  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags  # noqa: E402
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 # The collection's own module_utils the engine imports from outside this package (relative to
 # plugins/module_utils/).
-MODULE_UTILS = ("_paths.py", "_flags.py", "_releases.py", "_models.py")
+MODULE_UTILS = ("_shared/paths.py", "_shared/flags.py", "_shared/releases.py", "_shared/models.py")
 
 # The data files it reads (relative to data/); ``{release}``: the emulated release.
 DATA_FILES = ("flag_schemas/sglang-{release}.json", "releases.json", "gpus.json", "perfmodel.json")

@@ -23,7 +23,6 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile, fleet, host, perfmodel
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.config import EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine
@@ -36,6 +35,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup impo
     startup_schedule,
     warn_deprecated_flags,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._fleet import router_meta
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.fleet import router_meta
 
 MISSING = "-"
 NOT_MEASURABLE = "n/m"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _fleet
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import fleet as _fleet
 from ansible_collections.llmops.sglang.plugins.module_utils._report.common import (
     ERROR_MARK,
     LATEST_NAME,
@@ -202,7 +202,7 @@ def write_fleet(items: Sequence[dict[str, Any]], out: Path) -> list[str]:
         writer.writeheader()
         writer.writerows(fleet_csv_rows(rows))
     os.replace(tmp, csv_path)
-    doc = {"rows": rows, "sources": _json_names(items), "rule": "plugins/module_utils/_fleet.py (docs/reports.md)"}
+    doc = {"rows": rows, "sources": _json_names(items), "rule": "plugins/module_utils/_bench/fleet.py (docs/reports.md)"}
     json_path = out / "fleet.json"
     _write_text(json_path, json.dumps(doc, indent=2) + "\n")
     return [str(csv_path), str(json_path)]

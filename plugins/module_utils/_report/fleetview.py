@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _fleet
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import fleet as _fleet
 from ansible_collections.llmops.sglang.plugins.module_utils._report.common import (
     ERROR_MARK,
     NOT_MEASURABLE,

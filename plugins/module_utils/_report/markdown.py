@@ -8,7 +8,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _fleet
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import fleet as _fleet
 from ansible_collections.llmops.sglang.plugins.module_utils._report.common import (
     MISSING,
     fmt,

@@ -50,12 +50,12 @@ before it in this list, never this ``__init__``, so the package has no import cy
 - ``module``: the ``throughput_sweep`` module's argument spec and main, over ``run_sweep``.
 
 Statistics the controller also needs (percentiles, summaries, clean levels, peak, knee) are in
-``module_utils/_stats.py``, which both sides import. The names below are re-exported, so
+``module_utils/_bench/stats.py``, which both sides import. The names below are re-exported, so
 ``from ..._sweep import run_sweep, SweepOptions`` keeps working.
 """
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import (  # noqa: F401
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import (  # noqa: F401
     KNEE_SHARE,
     clean,
     find_knee,

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo
+from ansible_collections.llmops.sglang.plugins.module_utils._server import info as _serverinfo
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
 
 SCHEMA_VERSION = 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import clean, gain_per_doubling
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import clean, gain_per_doubling
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
     ERROR_KINDS,
     OVERSUBSCRIPTION,

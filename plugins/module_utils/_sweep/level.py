@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import percentile
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import percentile
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import Client
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TICK_S
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace

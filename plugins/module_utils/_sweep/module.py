@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress
-from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import clean
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import progress as _progress
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.interrupt import STOP_SIGNALS
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import clean
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import (
     HAS_AIOHTTP,
     missing_aiohttp_message,

@@ -9,7 +9,7 @@ import copy
 from dataclasses import fields, replace
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import KNEE_SHARE
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import KNEE_SHARE
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
     APIS,
     CLIENT_CPU_LIMIT,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _serverinfo
+from ansible_collections.llmops.sglang.plugins.module_utils._server import info as _serverinfo
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import aiohttp
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
     AUTH_STATUSES,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import summarize
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import summarize
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import TIMEOUTS
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.level import Health, LevelRun, converse
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace

@@ -10,14 +10,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _servermetrics
-from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import Heartbeat, Interrupts
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import (
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.interrupt import Heartbeat, Interrupts
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import (
     clean,
     find_knee,
     find_peak,
     gain_per_doubling,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import servermetrics as _servermetrics
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep import cachestate
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import (
     AIOHTTP_IMPORT_ERROR,

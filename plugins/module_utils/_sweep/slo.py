@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import percentile
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import percentile
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import SweepError
 
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")

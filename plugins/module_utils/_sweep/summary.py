@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._stats import summarize
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import summarize
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
     CLIENT_CPU_LIMIT,
     CLIENT_LAG_LIMIT_MS,

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._interrupt import STOP_SIGNALS, Interrupts
+from ansible_collections.llmops.sglang.plugins.module_utils._bench.interrupt import STOP_SIGNALS, Interrupts
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import Client, open_session
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import DEFAULT_PROMPTS, TIMEOUTS
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.level import (

@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._models import ARCH_KINDS
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.models import ARCH_KINDS
 
 GB = 10**9  # --hicache-size is in decimal GB (size * 1e9 bytes)
 GIB = 2**30  # the reserve is in GiB, as SGLang's own "available - 10 GiB" check

@@ -8,8 +8,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _paths
-from ansible_collections.llmops.sglang.plugins.module_utils._releases import (
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import paths as _paths
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import (
     UnknownReleaseError,
     release_traits,
 )

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout
-from ansible_collections.llmops.sglang.plugins.module_utils._models import ModelKindError, model_kind
-from ansible_collections.llmops.sglang.plugins.module_utils._releases import (
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.models import ModelKindError, model_kind
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import (
     UnknownReleaseError,
     release_traits,
 )

@@ -7,7 +7,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _paths
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import paths as _paths
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, closest, deep_merge
 
 PROFILES_FILE = "profiles.yml"

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._models import ARCH_KINDS
-from ansible_collections.llmops.sglang.plugins.module_utils._releases import DEFAULT_RELEASE
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.models import ARCH_KINDS
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import DEFAULT_RELEASE
 from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, render
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import (

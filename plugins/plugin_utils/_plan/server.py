@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout, _manifest
-from ansible_collections.llmops.sglang.plugins.module_utils._deploy import ready_timeout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import ready_timeout
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_bundle
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.instances import instance_plan

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
 
 
 def _flags(argv: Sequence[Any]) -> dict[str, str | None]:

@@ -12,7 +12,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
 def validate_plan(plan: Mapping[str, Any]) -> None:
     """One PlanError naming each instance, flag, problem and closest valid flag."""
     # imported here: loading the flag schemas is only needed when validating
-    from ansible_collections.llmops.sglang.plugins.module_utils._flags import validate_argv
+    from ansible_collections.llmops.sglang.plugins.module_utils._shared.flags import validate_argv
 
     release = str(plan["release"])
     problems: list[str] = []

@@ -48,7 +48,7 @@ def test_tests_that_reach_ansible_core_are_selected() -> None:
 
 
 def test_pure_python_tests_are_left_out_and_integration_is_kept() -> None:
-    assert not ansible_facing(UNIT / "plugins" / "module_utils" / "test_flags.py")
+    assert not ansible_facing(UNIT / "plugins" / "module_utils" / "_shared" / "test_flags.py")
     assert not ansible_facing(UNIT / "plugins" / "plugin_utils" / "test_guard.py")
     assert ansible_facing(UNIT / "plugins" / "action" / "test_server_rollout.py")
     assert ansible_facing(UNIT / "plugins" / "module_utils" / "_sweep" / "test_module.py")
@@ -71,7 +71,7 @@ def test_in_a_file_that_runs_ansible_in_some_tests_only_those_are_selected() -> 
     # whole files: a plugin Ansible loads, a file that imports ansible, every integration test
     assert ansible_facing_tests(UNIT / "plugins" / "action" / "test_server_rollout.py") is None
     assert ansible_facing_tests(ROOT / "tests" / "integration" / "test_deploy.py") is None
-    assert ansible_facing_tests(UNIT / "plugins" / "module_utils" / "test_flags.py") == set()
+    assert ansible_facing_tests(UNIT / "plugins" / "module_utils" / "_shared" / "test_flags.py") == set()
 
 
 def test_every_unit_test_that_runs_an_ansible_program_is_selected() -> None:

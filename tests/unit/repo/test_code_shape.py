@@ -181,7 +181,7 @@ def test_the_checks_see_the_files_they_measure() -> None:
     graph = import_graph()
     sweep = PREFIX + "plugins.module_utils._sweep."
     assert sweep + "workers" in graph[sweep + "run"] and len(graph) > 40
-    assert any(PREFIX + "plugins.module_utils._flags" in deps for deps in graph.values())
+    assert any(PREFIX + "plugins.module_utils._shared.flags" in deps for deps in graph.values())
     src = "def f():\n    x = 1\n" + "    x += 1\n" * 100 + "    return x\n"
     assert span(ast.parse(src).body[0]) == 103
 
@@ -193,3 +193,14 @@ def test_the_private_name_check_finds_them(tmp_path: Path) -> None:
                    "_sweep._Client(1)\n_sweep.Client(1)\n")
     assert private_uses(src, {mu + "._sweep", mu + "._sweep.client"}) == [
         f"x.py:2 from {mu}._sweep.client import _Hidden", "x.py:3 _sweep._Client"]
+
+
+def test_module_utils_is_grouped_by_what_it_serves() -> None:
+    """plugins/module_utils holds packages only (issue 29: 23 files at its top level were grouped
+    into _server, _router, _bench, _rollout and _shared beside the packages there were)."""
+    utils = ROOT / "plugins" / "module_utils"
+    loose = sorted(p.name for p in utils.glob("*.py"))
+    assert not loose, f"put each of these in the package of what it serves (docs/DEVELOPING.md): {loose}"
+    packages = sorted(p.name for p in utils.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert {"_server", "_router", "_bench", "_rollout", "_shared", "_sweep", "_engine"} <= set(packages)
+    assert all((utils / name / "__init__.py").is_file() for name in packages), packages

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.llmops.sglang.plugins.module_utils._releases import DEFAULT_RELEASE
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import DEFAULT_RELEASE
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _docspec
 
 ROOT = Path(__file__).resolve().parents[3]

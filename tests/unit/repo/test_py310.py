@@ -54,7 +54,7 @@ def test_the_list_covers_the_engine_the_sweep_and_every_module() -> None:
         assert list(ROOT.glob(pattern)), f"{pattern} in {LIST.name} matches nothing"
     names = {path.relative_to(ROOT).as_posix() for path in host_side_files()}
     utils = "plugins/module_utils/"
-    for stem in ("_flags", "_paths", "_sweep/run", "_sweep/__init__", "_stats", "_detached/__init__"):
+    for stem in ("_shared/flags", "_shared/paths", "_sweep/run", "_sweep/__init__", "_bench/stats", "_detached/__init__"):
         assert f"{utils}{stem}.py" in names
     every = {p.relative_to(ROOT).as_posix() for p in (ROOT / utils).rglob("*.py")}
     assert every <= names, f"add a glob for each to {LIST.name}: {sorted(every - names)}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._paths import load_json
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.paths import load_json
 
 GIB = float(1 << 30)
 GB = 1e9

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._paths import load_json
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.paths import load_json
 
 
 class UnknownGpuError(ValueError):

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _releases
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.common import (
     EngineStartError,
     perf_constants,
@@ -38,6 +37,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.sh
     model_shape_from_config,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.timings import startup_times
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases
 
 
 @dataclass

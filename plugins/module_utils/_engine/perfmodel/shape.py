@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _models
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import models as _models
 
 DTYPE_BYTES = 2  # bf16 weights, KV cache and conv state
 

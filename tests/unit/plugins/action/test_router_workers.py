@@ -1,15 +1,15 @@
 """The router_workers action (plugins/action/router_workers.py): deployment_hosts and deployments
 become the worker URLs the module reconciles (the rule itself: plugin_utils/_routing.py, tested in
-tests/unit/plugins/module_utils/test_router.py)."""
+tests/unit/plugins/module_utils/_router/test_workers.py)."""
 from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.llmops.sglang.plugins.action.router_workers import resolve
-from ansible_collections.llmops.sglang.plugins.module_utils._router import RouterError
+from ansible_collections.llmops.sglang.plugins.module_utils._router.workers import RouterError
 
-from ..module_utils.test_router import _instance
+from ..module_utils._router.test_workers import _instance
 
 HOSTVARS = {"a": {"sglang_deployment": {"instances": [_instance("gpu0", 30000, "http://10.0.0.1:30000")]}},
             "b": {"sglang_deployment": None}, "c": {}}

@@ -12,7 +12,7 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.llmops.sglang.plugins.action import server_rollout
 
-from ..module_utils.test_deploy import PLAN
+from ..module_utils._server.test_deploy import PLAN
 
 FULL = {**PLAN, "engine": "sim", "backend": "process", "python": "/v/bin/python", "running": ["gpu0", "gpu1"],
         "manifest_path": "/b/deployment.json", "previous": {}}

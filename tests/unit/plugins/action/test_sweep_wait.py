@@ -1,5 +1,5 @@
 """The sweep_wait action (plugins/action/sweep_wait.py): its progress lines when the report folder
-fails mid-sweep (issue 16 #9; the folder itself: tests/unit/plugins/module_utils/test_reportsdir.py)."""
+fails mid-sweep (issue 16 #9; the folder itself: tests/unit/plugins/module_utils/_bench/test_reportsdir.py)."""
 from __future__ import annotations
 
 from pathlib import Path

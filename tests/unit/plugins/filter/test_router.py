@@ -1,12 +1,12 @@
 """The public filter router_layout (plugins/filter/router.py): the router's layout for users' own
-plays, the one owner being module_utils/_layout.py (tested in tests/unit/plugins/module_utils/test_layout.py)."""
+plays, the one owner being module_utils/_server/layout.py (tested in tests/unit/plugins/module_utils/_server/test_layout.py)."""
 from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.sglang.plugins.filter.router import FilterModule
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
 
 
 def test_router_layout_is_the_layouts_and_a_bad_port_names_the_filter() -> None:

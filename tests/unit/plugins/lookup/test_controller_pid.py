@@ -1,5 +1,5 @@
 """The controller_pid lookup (plugins/lookup/controller_pid.py): the main ansible-playbook process,
-seen from its worker processes (the interrupts it serves: tests/unit/plugins/module_utils/test_interrupt.py)."""
+seen from its worker processes (the interrupts it serves: tests/unit/plugins/module_utils/_bench/test_interrupt.py)."""
 from __future__ import annotations
 
 import os

@@ -25,7 +25,8 @@ import pytest
 from ansible.errors import AnsibleLookupError
 
 from ansible_collections.llmops.sglang.plugins.lookup import engine_files as lookup
-from ansible_collections.llmops.sglang.plugins.module_utils import _engine, _releases
+from ansible_collections.llmops.sglang.plugins.module_utils import _engine
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases
 
 ROOT = Path(__file__).resolve().parents[4]
 SHIM = ROOT / "roles" / "server" / "files" / "sglang"

@@ -1,11 +1,11 @@
 """The rollout guard's wiring: the window measured on the router's host (module_utils/
-_rolloutwindow.py, with a fake HTTP getter and clock), the sides picked from hostvars, the
+_rollout/window.py, with a fake HTTP getter and clock), the sides picked from hostvars, the
 verdict on real SGLang 0.5.17 texts (plugin_utils/_canary.py), and what a rollback restores."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _rolloutwindow as rw
+from ansible_collections.llmops.sglang.plugins.module_utils._rollout import window as rw
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _canary as c
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _guard as g
 

@@ -1,14 +1,15 @@
 """What a deploy does to a host's instances (plugin_utils/_deployment.py: diff, service records,
 manifest) and the plan's wait, idle and ready-time rules (plugin_utils/_plan) over
-module_utils/_deploy: controller-side, apart from the host-side tests in
-tests/unit/plugins/module_utils/test_deploy.py."""
+module_utils/_server/deploy: controller-side, apart from the host-side tests in
+tests/unit/plugins/module_utils/_server/test_deploy.py."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _deploy, _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server import deploy as _deploy
+from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _deployment
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import server as server_plan
 
-from ..module_utils.test_deploy import PLAN, _plan_instance
+from ..module_utils._server.test_deploy import PLAN, _plan_instance
 
 
 def test_ready_timeout_grows_with_hicache_and_scales_for_sim() -> None:
@@ -96,7 +97,7 @@ def test_while_the_guard_watches_the_manifest_says_what_runs_and_an_interrupt_le
     previous configuration recorded". The candidate manifest, written before the watch: gpu0 on
     its new record, marked candidate, with the old one as its previous; gpu1 (not reached yet) as
     it was; status names the candidate; rollback puts it back; the next deploy replaces it."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _deploy as deploy_utils
+    from ansible_collections.llmops.sglang.plugins.module_utils._server import deploy as deploy_utils
     from ansible_collections.llmops.sglang.plugins.plugin_utils import _rollback
 
     old = _deployment.manifest({**PLAN, "previous": None}, host="h", services={

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _layout
+from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _rollback
 
 

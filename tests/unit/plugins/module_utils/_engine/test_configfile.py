@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flags
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags
 
 
 @pytest.fixture(scope="module")

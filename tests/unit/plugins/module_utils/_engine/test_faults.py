@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import cli, perfmodel
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine, EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.faults import (
@@ -36,6 +35,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.host import 
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.batching import Scheduler
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases
 
 ROOT = Path(__file__).resolve().parents[5]
 MODEL = ROOT / "data" / "models" / "qwen3-0.6b-dense"

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flags, _releases
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import perfmodel
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine, EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.log import Log
@@ -27,6 +26,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.radixcache i
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.scheduler import Req
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.tokens import chat_prompt, prompt_list
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases
 
 ROOT = Path(__file__).resolve().parents[5]
 DENSE, HYBRID = "qwen3-0.6b-dense", "qwen35-hybrid-small"

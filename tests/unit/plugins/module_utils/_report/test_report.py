@@ -575,7 +575,7 @@ def test_a_failed_level_that_drifted_is_marked_failed_not_drifting(results: list
 def test_rate_levels_are_named_by_their_rate_not_their_in_flight_cap() -> None:
     """A rate-mode level's `concurrency` is only its in-flight cap (4096 by default): tables,
     findings and the progress line name it by its offered rate."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+    from ansible_collections.llmops.sglang.plugins.module_utils._bench import progress as _progress
     from ansible_collections.llmops.sglang.plugins.module_utils._report.tables import render_findings
 
     def point(rate: float, tok_s: float, status: str = "ok") -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The fleet section of a bench report through the router: the router's sweeps in the form the
 bench role passes them to sweep_report ({host, router: {url, workers_down}, sweeps}), made items
 by ``_report.normalize`` beside the workers' and rendered by module_utils/_report; the fleet views
-themselves are tested in tests/unit/plugins/module_utils/test_fleet.py."""
+themselves are tested in tests/unit/plugins/module_utils/_bench/test_fleet.py."""
 from __future__ import annotations
 
 import csv
@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _fleet, _report
+from ansible_collections.llmops.sglang.plugins.module_utils import _report
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import fleet as _fleet
 
-from ..test_fleet import item, rec, sweep
+from .._bench.test_fleet import item, rec, sweep
 
 
 def fleet_items() -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress, _report
+from ansible_collections.llmops.sglang.plugins.module_utils import _report
 from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
+from ansible_collections.llmops.sglang.plugins.module_utils._bench import progress as _progress
 
 from .helpers import (
     ENGINE_ARGV,
@@ -51,8 +52,8 @@ def test_a_server_with_an_api_key_says_so(tmp_path: Path) -> None:
 
 def _modelled_level(concurrency: int, max_tokens: int) -> dict[str, Any]:
     """What the performance model alone says of a closed-loop level (no HTTP, no clock)."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _flags
     from ansible_collections.llmops.sglang.plugins.module_utils._engine import host, perfmodel, tokens
+    from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags
 
     args = vars(_flags.build_parser("0.5.23").parse_args([*ENGINE_ARGV, "--port", "1"]))
     plan = perfmodel.plan_engine(args, perfmodel.load_model_config(args["model_path"]),

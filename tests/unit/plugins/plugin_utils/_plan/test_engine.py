@@ -7,7 +7,7 @@ import tarfile
 from pathlib import Path
 
 from ansible_collections.llmops.sglang.plugins.lookup.engine_files import engine_files
-from ansible_collections.llmops.sglang.plugins.module_utils._releases import DEFAULT_RELEASE
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import DEFAULT_RELEASE
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_archive, engine_bundle
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _paths
-from ansible_collections.llmops.sglang.plugins.module_utils._models import ModelKindError, model_kind
-from ansible_collections.llmops.sglang.plugins.module_utils._releases import load_releases
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import paths as _paths
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.models import ModelKindError, model_kind
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import load_releases
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     GB,
     GIB,
@@ -111,7 +111,7 @@ def configs(fixtures_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def _flags_module() -> Any:
-    return pytest.importorskip("ansible_collections.llmops.sglang.plugins.module_utils._flags",
+    return pytest.importorskip("ansible_collections.llmops.sglang.plugins.module_utils._shared.flags",
                                reason="_flags (flag schemas) not available yet")
 
 
@@ -556,7 +556,7 @@ def test_validate_plan_collects_every_problem(monkeypatch: pytest.MonkeyPatch, h
 
     fake = types.ModuleType("_flags")
     fake.validate_argv = validate_argv  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ansible_collections.llmops.sglang.plugins.module_utils._flags", fake)
+    monkeypatch.setitem(sys.modules, "ansible_collections.llmops.sglang.plugins.module_utils._shared.flags", fake)
     validate_plan(_plan_for(h200x2_facts, configs, "hybrid"))  # no problem: no error
     plan = _plan_for(h200x2_facts, configs, "hybrid", extra_args={"--mem-fraction-statik": 0.7})
     with pytest.raises(PlanError) as err:
@@ -636,7 +636,7 @@ def test_running_size_is_kept_while_it_fits(handrun_facts: dict[str, Any]) -> No
 
 def test_the_plan_keeps_the_running_size_from_the_facts(
         h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
-    from ansible_collections.llmops.sglang.plugins.module_utils._manifest import reclaim_pinned
+    from ansible_collections.llmops.sglang.plugins.module_utils._server.manifest import reclaim_pinned
 
     first = _plan_for(h200x2_facts, configs, "hybrid")
     size = first["hicache"]["size_gb"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.summary import argv_changes, plan_summary
 
 ARGV = ["--model-path", "/m", "--port", "30000", "--max-running-requests", "16", "--enable-metrics"]
