@@ -20,8 +20,9 @@ option in the module's DOCUMENTATION (with its doc fragments). From those this w
 - ``plugins/module_utils/_sweep/spec.py``: the throughput_sweep module's argument spec (the module
   runs on hosts, where no YAML parser may be installed) and ``DeclaredOptions``, a dataclass field
   per option with its documented default (``SweepOptions`` extends it).
-- each role README's variables table (``tools/gen_role_readme.py``), and docs/fleet.md's tables of the
-  rollout guard's checks and thresholds (``plugin_utils/_guard.py`` CHECKS and THRESHOLDS), between
+- each role README's variables table (``tools/gen_role_readme.py``), docs/fleet.md's tables of the
+  rollout guard's checks and thresholds (``plugin_utils/_guard.py`` CHECKS and THRESHOLDS) and
+  docs/planning.md's table of profile keys (``plugin_utils/_plan/profileflags.py`` PROFILE_FLAGS), between
   ``<!-- BEGIN generated: <name> (tools/gen_declared.py) -->`` and ``<!-- END generated -->``.
 """
 from __future__ import annotations
@@ -228,8 +229,18 @@ def _guard_tables() -> dict[str, list[str]]:
     return {"guard checks": checks, "guard thresholds": keys}
 
 
+def _profile_keys_table() -> dict[str, list[str]]:
+    """docs/planning.md's table of profile keys, from plugin_utils/_plan/profileflags.py's PROFILE_FLAGS."""
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profileflags import PROFILE_FLAGS
+
+    rows = ["| key | rendered as |", "|---|---|", "| `description` | one line, shown in the plan (no flag) |",
+            "| `extends` | the profile this one starts from, merged key by key (no flag) |"]
+    rows += [f"| `{row.key}` | {row.doc} |" for row in PROFILE_FLAGS]
+    return {"profile keys": rows}
+
+
 def with_markdown_tables(text: str) -> str:
-    tables = _guard_tables()
+    tables = {**_guard_tables(), **_profile_keys_table()}
 
     def table(m: re.Match[str]) -> str:
         if m["what"] not in tables:
@@ -252,8 +263,8 @@ def outputs() -> dict[Path, str]:
         role = specs_path.parents[1].name
         out[specs_path.parents[1] / "defaults" / "main.yml"] = role_defaults_text(role, out[specs_path])
     out[SWEEP_SPEC] = sweep_spec_text()
-    fleet = ROOT / "docs" / "fleet.md"
-    out[fleet] = with_markdown_tables(fleet.read_text())
+    for doc in (ROOT / "docs" / "fleet.md", ROOT / "docs" / "planning.md"):
+        out[doc] = with_markdown_tables(doc.read_text())
     return out
 
 

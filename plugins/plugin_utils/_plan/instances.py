@@ -18,11 +18,10 @@ from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases imp
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import (
     PlanError,
-    by_arch,
     host_of,
-    render,
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.gpus import gpu_groups
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profileflags import profile_argv
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import resolve_profile
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import PlanRequest
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings, host_settings
@@ -109,7 +108,8 @@ def ports(req: PlanRequest, count: int) -> list[tuple[int, int]]:
 
 
 def base_argv(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, port: int, nccl_port: int) -> Argv:
-    """The flags the plan renders before the user's extra_args."""
+    """The flags the plan renders before the user's extra_args: where the server runs, then the
+    profile's (``profileflags.PROFILE_FLAGS``)."""
     argv: Argv = [("--model-path", [req.model_path])]
     if req.served_model_name:
         argv.append(("--served-model-name", [req.served_model_name]))
@@ -119,36 +119,7 @@ def base_argv(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, port:
     if req.nnodes > 1:  # one TP group over several hosts: they meet at rank 0's address
         argv += [("--nnodes", [str(req.nnodes)]), ("--node-rank", [str(req.node_rank)]),
                  ("--dist-init-addr", [str(req.dist_init_addr)])]
-    if prof.get("mem_fraction_static") is not None:
-        argv.append(("--mem-fraction-static", [render(by_arch(prof["mem_fraction_static"], st.arch))]))
-    if st.max_running_requests is not None:
-        argv.append(("--max-running-requests", [str(st.max_running_requests)]))
-    if st.cuda_graph_max_bs is not None:
-        argv.append((st.cuda_graph_flag, [str(st.cuda_graph_max_bs)]))
-    if by_arch(prof.get("metrics"), st.arch):
-        argv.append(("--enable-metrics", []))
-    if st.spec:
-        argv += [
-            ("--speculative-algorithm", [st.spec["algorithm"]]),
-            ("--speculative-num-steps", [str(st.spec["steps"])]),
-            ("--speculative-eagle-topk", [str(st.spec["topk"])]),
-            ("--speculative-num-draft-tokens", [str(st.spec["draft_tokens"])]),
-        ]
-        if req.draft_model_path:
-            argv.append(("--speculative-draft-model-path", [req.draft_model_path]))
-    if st.mamba_strategy is not None:
-        argv.append((st.mamba_flag, [st.mamba_strategy]))
-    if st.hicache_flags.get("enabled"):
-        argv.append(("--enable-hierarchical-cache", []))
-        if st.hicache is not None:
-            argv.append(("--hicache-size", [str(st.hicache["size_gb"])]))
-        else:
-            argv.append(("--hicache-ratio", [render(st.hicache_flags["ratio"])]))
-        for key, flag in (("write_policy", "--hicache-write-policy"), ("io_backend", "--hicache-io-backend"),
-                          ("mem_layout", "--hicache-mem-layout")):
-            if st.hicache_flags.get(key) is not None:
-                argv.append((flag, [str(st.hicache_flags[key])]))
-    return argv
+    return argv + profile_argv(prof, st, req)
 
 
 def apply_extra_args(argv: Argv, st: HostSettings, warnings: list[str], first: bool) -> None:

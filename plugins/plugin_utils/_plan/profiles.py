@@ -9,12 +9,11 @@ from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._shared import paths as _paths
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, closest, deep_merge
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profileflags import PROFILE_FLAGS
 
 PROFILES_FILE = "profiles.yml"
-PROFILE_KEYS = (
-    "description", "extends", "mem_fraction_static", "max_running_requests", "cuda_graph_max_bs",
-    "metrics", "mamba_strategy", "speculative", "hicache",
-)
+# A profile's keys: its description, what it extends, and one per flag row (profileflags.PROFILE_FLAGS).
+PROFILE_KEYS = ("description", "extends", *(row.key for row in PROFILE_FLAGS))
 SPECULATIVE_KEYS = ("algorithm", "steps", "topk", "draft_tokens")
 HICACHE_KEYS = ("enabled", "size", "ratio", "write_policy", "io_backend", "mem_layout")
 
