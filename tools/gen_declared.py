@@ -28,6 +28,7 @@ option in the module's DOCUMENTATION (with its doc fragments). From those this w
 from __future__ import annotations
 
 import json
+import pprint
 import re
 import sys
 import textwrap
@@ -184,6 +185,49 @@ def sweep_spec_text() -> str:
     )
 
 
+MODULE_SPECS = ROOT / "plugins" / "module_utils" / "_shared" / "argspecs.py"
+
+
+def _with_no_log_rule(spec: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """validate-modules asks every option whose name looks secret to say no_log: a credential is
+    hidden (``api_key``, a hub ``token``), a count is not (``max_tokens``); a module gives the
+    exceptions (``run_lock``'s lock ``token``, a dict of secrets) when it asks for its spec."""
+    for name, entry in spec.items():
+        if _SECRET_LOOKING.search(name) and "no_log" not in entry:
+            entry["no_log"] = bool(_SECRET.search(name))
+        if isinstance(entry.get("options"), dict):
+            _with_no_log_rule(entry["options"])
+    return spec
+
+
+def module_specs_text() -> str:
+    """``ARGUMENT_SPECS``: the argument spec of every module that runs on a host (its file builds an
+    AnsibleModule; throughput_sweep's is ``_sweep/spec.py``), from its DOCUMENTATION."""
+    names = sorted(path.stem for path in (ROOT / "plugins" / "modules").glob("*.py")
+                   if "AnsibleModule(" in path.read_text() and path.stem != SWEEP_MODULE)
+    body = "{\n"
+    for name in names:
+        spec = _with_no_log_rule(_docspec.options_spec(_docspec.documented_options(name)))
+        body += f"    {name!r}: {{\n"
+        for opt, entry in spec.items():
+            text = pprint.pformat(entry, width=WIDTH - 12 - len(opt), sort_dicts=False)
+            body += f"        {opt!r}: " + text.replace("\n", "\n" + " " * (len(repr(opt)) + 10)) + ",\n"
+        body += "    },\n"
+    body += "}"
+    return (
+        "# Copyright: llmops.sglang contributors\n"
+        "# Apache-2.0 (see LICENSE)\n"
+        '"""The argument spec of each module that runs on a host, read from its DOCUMENTATION (and doc\n'
+        "fragments): a module builds its AnsibleModule from ``argument_spec(name)`` (``_shared/modulespec.py``),\n"
+        "so an option, its type, default and choices are written once, in the documentation.\n\n"
+        f"{GENERATED.format(source='plugins/modules/*.py (their DOCUMENTATION and doc fragments)')}\n"
+        '"""\n'
+        "from __future__ import annotations\n\n"
+        "from typing import Any\n\n"
+        f"ARGUMENT_SPECS: dict[str, dict[str, dict[str, Any]]] = {body}\n"
+    )
+
+
 _PY_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "path": "str", "dict": "dict[str, Any]"}
 
 
@@ -263,6 +307,7 @@ def outputs() -> dict[Path, str]:
         role = specs_path.parents[1].name
         out[specs_path.parents[1] / "defaults" / "main.yml"] = role_defaults_text(role, out[specs_path])
     out[SWEEP_SPEC] = sweep_spec_text()
+    out[MODULE_SPECS] = module_specs_text()
     for doc in (ROOT / "docs" / "fleet.md", ROOT / "docs" / "planning.md"):
         out[doc] = with_markdown_tables(doc.read_text())
     return out

@@ -327,6 +327,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._detached import (  
     normalize_command,
     parse_umask,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def _spec(p: dict[str, Any], item: dict[str, Any]) -> ServiceSpec:
@@ -389,37 +390,7 @@ SERVICE_KEYS = ("name", "command", "pid_file", "log_file", "chdir", "env", "env_
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str"},
-            "services": {"type": "list", "elements": "dict", "options": {
-                "name": {"type": "str", "required": True},
-                "command": {"type": "raw"},
-                "pid_file": {"type": "path", "required": True},
-                "log_file": {"type": "path", "required": True},
-                "chdir": {"type": "path"},
-                "env": {"type": "dict", "default": {}, "no_log": True},
-                "env_file": {"type": "path"},
-            }},
-            "command": {"type": "raw"},
-            "pid_file": {"type": "path"},
-            "log_file": {"type": "path"},
-            "state": {
-                "type": "str",
-                "default": "started",
-                "choices": ["started", "stopped", "restarted", "status"],
-            },
-            "chdir": {"type": "path"},
-            "env": {"type": "dict", "default": {}, "no_log": True},
-            "env_file": {"type": "path"},
-            "user": {"type": "str"},
-            "group": {"type": "str"},
-            "umask": {"type": "raw"},
-            "match": {"type": "str"},
-            "stop_timeout": {"type": "int", "default": 60},
-            "kill_timeout": {"type": "int", "default": 30},
-            "start_grace": {"type": "float", "default": 1.0},
-            "log_tail_lines": {"type": "int", "default": 50},
-        },
+        argument_spec=argument_spec("detached_service", no_log={"env": True, "services.env": True}),
         mutually_exclusive=[("services", "name"), ("services", "command"), ("services", "pid_file"),
                             ("services", "log_file"), ("services", "chdir"), ("services", "env_file")],
         required_one_of=[("name", "services")],

@@ -403,6 +403,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._server.hostfacts im
     read_service_manager,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._server.ownership import find_ownership
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 ENV = {"LC_ALL": "C", "LANG": "C"}
 
@@ -450,18 +451,7 @@ def read_model_config(model_path: str | None) -> str | None:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "declared_gpus": {"type": "list", "elements": "raw", "default": []},
-            "prefer_declared": {"type": "bool", "default": False},
-            "use_nvml": {"type": "bool", "default": False},
-            "require_gpus": {"type": "bool", "default": True},
-            "nvidia_smi_path": {"type": "path"},
-            "proc_root": {"type": "path", "default": "/proc"},
-            "sys_root": {"type": "path", "default": "/sys"},
-            "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
-            "deployment_dir": {"type": "path"},
-            "model_path": {"type": "path"},
-        },
+        argument_spec=argument_spec("host_facts"),
         supports_check_mode=True,
     )
     params: dict[str, Any] = module.params

@@ -177,6 +177,7 @@ pruned:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 from ansible_collections.llmops.sglang.plugins.module_utils._staging import fanout, prune
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.errors import StageError
 
@@ -206,20 +207,7 @@ def _prune(module: AnsibleModule, target: fanout.Target, complete: bool) -> list
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "action": {"type": "str", "choices": ["manifest", "check", "verify"], "required": True},
-            "cache_dir": {"type": "path", "required": True},
-            "repo": {"type": "str"},
-            "revision": {"type": "str"},
-            "path": {"type": "path"},
-            "manifest": {"type": "list", "elements": "dict"},
-            "verify": {"type": "str", "choices": ["quick", "full"], "default": "quick"},
-            "reserve_gib": {"type": "float", "default": 1.0},
-            "fail_on_bad": {"type": "bool", "default": False},
-            "keep_revisions": {"type": "int", "default": 0},
-            "in_use_files": {"type": "list", "elements": "path", "default": []},
-            "origin_dir": {"type": "str"},
-        },
+        argument_spec=argument_spec("model_receive"),
         mutually_exclusive=[("repo", "path")],
         required_one_of=[("repo", "path")],
         required_together=[("repo", "revision")],

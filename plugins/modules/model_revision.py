@@ -81,6 +81,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.credentials import read_token
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.errors import StageError
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.hub import DEFAULT_ENDPOINT, resolve
@@ -89,14 +90,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._staging.layout impo
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "repo": {"type": "str", "required": True},
-            "revision": {"type": "str", "default": "main"},
-            "endpoint": {"type": "str"},
-            "token": {"type": "str", "no_log": True},
-            "token_file": {"type": "path"},
-            "offline": {"type": "bool", "default": False},
-        },
+        argument_spec=argument_spec("model_revision"),
         mutually_exclusive=[("token", "token_file")],
         supports_check_mode=True,
     )

@@ -191,6 +191,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 from ansible_collections.llmops.sglang.plugins.module_utils._staging import prune
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.credentials import read_token
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.errors import StageError
@@ -211,22 +212,7 @@ def _texts(paths: list[str]) -> list[str]:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "repo": {"type": "str", "required": True},
-            "revision": {"type": "str", "required": True},
-            "cache_dir": {"type": "path", "required": True},
-            "endpoint": {"type": "str"},
-            "token": {"type": "str", "no_log": True},
-            "token_file": {"type": "path"},
-            "offline": {"type": "bool", "default": False},
-            "verify": {"type": "str", "choices": ["quick", "full"], "default": "quick"},
-            "reserve_gib": {"type": "float", "default": 1.0},
-            "progress_file": {"type": "path"},
-            "labels": {"type": "dict", "default": {}},
-            "lock_wait": {"type": "float", "default": 3600},
-            "keep_revisions": {"type": "int", "default": 0},
-            "in_use_files": {"type": "list", "elements": "path", "default": []},
-        },
+        argument_spec=argument_spec("model_stage"),
         mutually_exclusive=[("token", "token_file")],
         supports_check_mode=True,
     )

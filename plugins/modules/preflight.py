@@ -222,44 +222,12 @@ from ansible_collections.llmops.sglang.plugins.module_utils._server.preflight im
     packages_current,
     service_manager,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "ports": {"type": "list", "elements": "dict", "default": [], "options": {
-                "port": {"type": "int", "required": True},
-                "instance": {"type": "str", "required": True},
-                "what": {"type": "str", "default": "HTTP"},
-                "fix": {"type": "str"},
-            }},
-            "deployment_dir": {"type": "path"},
-            "router_dir": {"type": "path"},
-            "service_manager": {"type": "str", "default": "auto", "choices": ["auto", "systemd", "process"]},
-            "subject": {"type": "str", "default": "the planned instances"},
-            "user": {"type": "str"},
-            "files": {"type": "list", "elements": "dict", "default": [], "options": {
-                "path": {"type": "path", "required": True},
-                "what": {"type": "str", "default": "file"},
-                "fix": {"type": "str"},
-            }},
-            "executables": {"type": "list", "elements": "dict", "default": [], "options": {
-                "path": {"type": "str", "required": True},
-                "what": {"type": "str", "default": "program"},
-                "fix": {"type": "str"},
-            }},
-            "commands": {"type": "list", "elements": "dict", "default": [], "options": {
-                "argv": {"type": "list", "elements": "str", "required": True},
-                "what": {"type": "str", "default": "command"},
-                "fix": {"type": "str"},
-                "missing_ok": {"type": "bool", "default": False},
-                "remember": {"type": "path"},
-            }},
-            "packages": {"type": "dict", "options": {
-                "venv": {"type": "path", "required": True},
-                "requirements": {"type": "list", "elements": "str", "required": True},
-            }},
-        },
+        argument_spec=argument_spec("preflight"),
         supports_check_mode=True,
     )
     params = module.params

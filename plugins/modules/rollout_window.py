@@ -90,19 +90,12 @@ router:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._rollout.window import measure
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "urls": {"type": "list", "elements": "str", "required": True},
-            "seconds": {"type": "float", "required": True},
-            "interval": {"type": "float", "default": 1.0},
-            "router_metrics_url": {"type": "str"},
-            "timeout": {"type": "float", "default": 10},
-            "probe_rate": {"type": "float", "default": 0},
-            "api_key": {"type": "str", "no_log": True},
-        },
+        argument_spec=argument_spec("rollout_window"),
         supports_check_mode=True,
     )
     params = module.params

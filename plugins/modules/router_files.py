@@ -99,6 +99,7 @@ files:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._router.files import running, write_router
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 PLAN_KEYS = ("paths", "argv", "python", "match", "api_key_env", "description", "unit", "service", "stop_timeout",
              "unit_user", "unit_group")
@@ -107,13 +108,7 @@ PATH_KEYS = ("dir", "log_file", "env_file", "launch_script", "pid_file")
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "plan": {"type": "dict", "required": True},
-            "backend": {"type": "str", "choices": ["process", "systemd"], "required": True},
-            "base_dir": {"type": "path"},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-        },
+        argument_spec=argument_spec("router_files"),
         supports_check_mode=True,
     )
     params = module.params

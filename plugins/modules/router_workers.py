@@ -225,29 +225,12 @@ from ansible_collections.llmops.sglang.plugins.module_utils._router.workers impo
     reconcile,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import wait_for_ready  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "router_url": {"type": "str", "required": True},
-            "workers": {"type": "list", "elements": "str", "default": []},
-            # resolved into workers by the action plugin (plugins/action/router_workers.py)
-            "deployment_hosts": {"type": "list", "elements": "str"},
-            "deployments": {"type": "dict"},
-            "router_host": {"type": "str"},
-            "state": {"type": "str", "default": "present", "choices": ["present", "absent", "exact"]},
-            "worker_api_key": {"type": "str", "no_log": True},
-            "api_key": {"type": "str", "no_log": True},
-            "wait_healthy": {"type": "bool", "default": False},
-            "timeout": {"type": "float", "default": 60},
-            "request_timeout": {"type": "float", "default": 10},
-            "ready": {"type": "dict", "options": {
-                "timeout": {"type": "float", "default": 300},
-                "log_file": {"type": "path"},
-                "name": {"type": "str", "default": "router"},
-            }},
-        },
+        argument_spec=argument_spec("router_workers"),
         supports_check_mode=True,
     )
     p = module.params

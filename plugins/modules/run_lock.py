@@ -126,20 +126,12 @@ message:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server import runlock as _runlock
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "state": {"type": "str", "default": "acquired", "choices": ["acquired", "released", "renewed", "query"]},
-            "timeout": {"type": "int", "default": 0},
-            "lease": {"type": "int", "default": _runlock.DEFAULT_LEASE_S},
-            "playbook": {"type": "str", "default": ""},
-            "holder": {"type": "dict"},
-            "token": {"type": "str", "no_log": False},
-            "takeover": {"type": "str", "no_log": False},
-        },
+        argument_spec=argument_spec("run_lock", no_log={"token": False, "takeover": False}),
         required_if=[("state", "acquired", ("holder",)), ("state", "released", ("token",)),
                      ("state", "renewed", ("token",))],
         supports_check_mode=True,

@@ -162,29 +162,14 @@ from ansible_collections.llmops.sglang.plugins.module_utils._server.files import
     write_instances,
     write_manifest,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 PATH_KEYS = ("dir", "log_file", "env_file", "launch_script", "secrets_file")
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "instances": {"type": "list", "elements": "dict", "default": []},
-            "base_dir": {"type": "path"},
-            "profile": {"type": "str", "default": ""},
-            "release": {"type": "str", "default": ""},
-            "engine": {"type": "str", "default": "sglang"},
-            "python": {"type": "str", "default": "python3"},
-            "secret_env": {"type": "dict", "default": {}, "no_log": True},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-            "owner": {"type": "str", "default": ""},
-            "group": {"type": "str", "default": ""},
-            "engine_stamp": {"type": "dict"},
-            "manifest": {"type": "dict"},
-            "manifest_path": {"type": "path"},
-            "keep_previous": {"type": "list", "elements": "str", "default": []},
-            "rollback": {"type": "list", "elements": "str"},
-        },
+        argument_spec=argument_spec("server_files", no_log={"secret_env": True}),
         required_together=[("manifest", "manifest_path")],
         supports_check_mode=True,
     )

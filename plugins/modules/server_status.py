@@ -151,16 +151,12 @@ from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy impor
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._server.hostfacts import read_service_manager
 from ansible_collections.llmops.sglang.plugins.module_utils._server.ownership import find_ownership
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "base_dir": {"type": "path", "required": True},
-            "probe": {"type": "bool", "default": True},
-            "api_key": {"type": "str", "no_log": True},
-            "timeout": {"type": "float", "default": 10},
-        },
+        argument_spec=argument_spec("server_status"),
         supports_check_mode=True,
     )
     params = module.params

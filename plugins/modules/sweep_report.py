@@ -228,6 +228,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._report import (
     render_markdown,
     write_report,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def _fallback(module: AnsibleModule, results: list[dict[str, Any]], out_dir: str, run_id: str, exc: OSError,
@@ -281,15 +282,7 @@ def _write_capacity(report: dict[str, Any], answer: dict[str, Any]) -> None:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "results": {"type": "list", "elements": "dict", "required": True},
-            "dest": {"type": "path", "required": True},
-            "run_id": {"type": "str"},
-            "title": {"type": "str"},
-            "latest_link": {"type": "bool", "default": True},
-            "capacity_target_rps": {"type": "float", "default": 0},
-            "host_facts": {"type": "dict", "default": {}},
-        },
+        argument_spec=argument_spec("sweep_report"),
         supports_check_mode=True,
     )
     params: dict[str, Any] = module.params

@@ -91,20 +91,12 @@ instances:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import wait_for_idle
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "instances": {"type": "list", "elements": "dict", "required": True, "options": {
-                "name": {"type": "str", "required": True},
-                "url": {"type": "str", "required": True},
-            }},
-            "timeout": {"type": "float", "default": 120},
-            "grace": {"type": "float", "default": 5},
-            "interval": {"type": "float", "default": 0.5},
-            "api_key": {"type": "str", "no_log": True},
-        },
+        argument_spec=argument_spec("wait_idle"),
         supports_check_mode=True,
     )
     params = module.params

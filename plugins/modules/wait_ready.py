@@ -150,34 +150,12 @@ not_ready:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server.deploy import wait_for_ready
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "instances": {
-                "type": "list", "elements": "dict", "required": True,
-                "options": {
-                    "name": {"type": "str", "required": True},
-                    "url": {"type": "str", "required": True},
-                    "path": {"type": "str", "default": "/health_generate"},
-                    "timeout": {"type": "float", "default": 600},
-                    "log_file": {"type": "path"},
-                    "pid_file": {"type": "path"},
-                    "unit": {"type": "str"},
-                },
-            },
-            "interval": {"type": "float", "default": 2},
-            "request_timeout": {"type": "float", "default": 30},
-            "api_key": {"type": "str", "no_log": True},
-            "log_tail_lines": {"type": "int", "default": 50},
-            "what": {"type": "str", "default": "instance"},
-            "warmup": {"type": "dict", "options": {
-                "path": {"type": "str", "default": "/generate"},
-                "body": {"type": "dict", "required": True},
-                "timeout": {"type": "float", "default": 300},
-            }},
-        },
+        argument_spec=argument_spec("wait_ready"),
         supports_check_mode=True,
     )
     params = module.params

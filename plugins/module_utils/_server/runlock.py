@@ -40,11 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _detached
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.modulespec import default
 
 LOCK_FILE = ".run.lock"
 GUARD_FILE = ".run.lock.guard"
 LOCK_MODE = 0o644
-DEFAULT_LEASE_S = 120
+# the run_lock module's documented lease (plugins/modules/run_lock.py), its one declaration
+DEFAULT_LEASE_S: int = default("run_lock", "lease")
 HOLDER_KEYS = ("controller_host", "controller_boot_id", "controller_pid", "controller_starttime",
                "playbook", "started_at", "user")
 
