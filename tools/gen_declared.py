@@ -20,6 +20,8 @@ option in the module's DOCUMENTATION (with its doc fragments). From those this w
 - ``plugins/module_utils/_sweep/spec.py``: the throughput_sweep module's argument spec (the module
   runs on hosts, where no YAML parser may be installed) and ``DeclaredOptions``, a dataclass field
   per option with its documented default (``SweepOptions`` extends it).
+- ``plugins/module_utils/_shared/argspecs.py``: the argument spec of every other module that runs on
+  a host, from its DOCUMENTATION (``modulespec.argument_spec``).
 - each role README's variables table (``tools/gen_role_readme.py``), docs/fleet.md's tables of the
   rollout guard's checks and thresholds (``plugin_utils/_guard.py`` CHECKS and THRESHOLDS) and
   docs/planning.md's table of profile keys (``plugin_utils/_plan/profileflags.py`` PROFILE_FLAGS), between
