@@ -83,6 +83,14 @@ options:
         the cgroup v1 C(memory) hierarchy).
     type: path
     default: /sys/fs/cgroup
+  storage_paths:
+    description:
+      - Folders whose file systems are reported in RV(ansible_facts.sglang_host.filesystems) (a
+        folder that does not exist yet is looked up at its nearest existing parent), for what is
+        sized from disk (a disk-backed cache tier, staged models). Not reported when empty.
+    type: list
+    elements: path
+    default: []
 notes:
   - Supports check mode; the module only reads.
   - A GPU is C(busy) when C(nvidia-smi) lists a compute process on it, or when at least 1024 MiB
@@ -303,6 +311,27 @@ ansible_facts:
           type: int
           returned: always
           sample: 1
+        filesystems:
+          description:
+            - With O(storage_paths), the file system of each path, in the order given - C(path),
+              C(checked_at) (the path or its nearest existing parent), C(mount_point), C(fstype),
+              C(source), C(total_bytes), C(free_bytes) (what an unprivileged writer may still use),
+              C(network) (NFS, CIFS, Lustre, CephFS, ... - shared by hosts), C(memory) (tmpfs - taken
+              from host RAM) and C(rotational) (a spinning disk; null where it is no block device).
+          type: list
+          elements: dict
+          returned: when O(storage_paths) is not empty
+          sample:
+            - path: /data/sglang/hicache
+              checked_at: /data
+              mount_point: /data
+              fstype: xfs
+              source: /dev/nvme1n1
+              total_bytes: 3840000000000
+              free_bytes: 3500000000000
+              network: false
+              memory: false
+              rotational: false
         service_manager:
           description: V(systemd) when PID 1 is systemd and C(/run/systemd/system) exists, else V(process).
           type: str
@@ -388,6 +417,10 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
+from ansible_collections.llmops.sglang.plugins.module_utils._server.filesystems import (
+    filesystem_facts,
+    read_mountinfo_text,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._server.hostfacts import (
     APPS_QUERY_FIELDS,
     GPU_OPTIONAL_FIELDS,
@@ -504,6 +537,9 @@ def main() -> None:
             rc, out, _err = module.run_command([smi], environ_update=ENV)
             inputs.smi_text = out if rc == 0 else None
         facts = build_facts(inputs)
+        if params["storage_paths"]:
+            facts["filesystems"] = filesystem_facts(params["storage_paths"],
+                                                    read_mountinfo_text(params["proc_root"]), params["sys_root"])
     except HostFactsError as exc:
         module.fail_json(msg=str(exc))
     for warning in inputs.warnings:

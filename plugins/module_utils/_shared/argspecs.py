@@ -49,6 +49,7 @@ ARGUMENT_SPECS: dict[str, dict[str, dict[str, Any]]] = {
         'deployment_dir': {'type': 'path'},
         'model_path': {'type': 'path'},
         'cgroup_root': {'type': 'path', 'default': '/sys/fs/cgroup'},
+        'storage_paths': {'type': 'list', 'elements': 'path', 'default': []},
     },
     'model_receive': {
         'action': {'type': 'str', 'choices': ['manifest', 'check', 'verify'], 'required': True},

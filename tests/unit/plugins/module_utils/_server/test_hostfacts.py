@@ -516,11 +516,11 @@ def test_module_documentation(repo_root: Path) -> None:
     info = json.loads(done.stdout)["llmops.sglang.host_facts"]
     assert set(info["doc"]["options"]) == {"declared_gpus", "prefer_declared", "use_nvml", "require_gpus",
                                            "nvidia_smi_path", "proc_root", "sys_root", "cgroup_root", "deployment_dir",
-                                           "model_path"}
+                                           "model_path", "storage_paths"}
     assert {"manifest", "manifest_problem", "model_config"} <= set(info["return"])
     facts_doc = info["return"]["ansible_facts"]["contains"]["sglang_host"]["contains"]
     sample = hf.build_facts(hf.HostInputs(meminfo_text="MemTotal: 1 kB\n", declared_gpus=["X"]))
-    assert set(facts_doc) == set(sample)
+    assert set(facts_doc) == set(sample) | {"filesystems"}  # filesystems: with storage_paths only
     assert set(facts_doc["gpus"]["contains"]) == set(sample["gpus"][0])
     assert set(facts_doc["memory"]["contains"]) == set(sample["memory"])
     assert set(facts_doc["memory"]["contains"]["cgroup"]["contains"]) == set(sample["memory"]["cgroup"])
