@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server.hostfacts import HostFactsError
+from ansible_collections.llmops.sglang.plugins.module_utils._staging.disk import existing_ancestor
 
 # File system types whose data lives on other machines: shared between hosts, and as fast as the
 # network (a page cache tier there is shared, not local).
@@ -89,17 +90,6 @@ def rotational(device: str, sys_root: str = "/sys") -> bool | None:
         except OSError:
             continue
     return None
-
-
-def existing_ancestor(path: str) -> str:
-    """``path`` or its nearest existing parent: where files land before the folder exists."""
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
 
 
 @dataclass
