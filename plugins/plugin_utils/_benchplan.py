@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _detached
+
 # The role variables the plan reads (each declared in roles/bench/meta/argument_specs.yml).
 VARIABLES = ("sglang_bench_instances", "sglang_bench_parallel_instances", "sglang_bench_run_on",
              "sglang_bench_python", "sglang_bench_progress_poll", "sglang_bench_sweep_timeout",
@@ -136,17 +138,12 @@ def plan(req: BenchHost, *, controller_started: float | None, now: float, contro
 
 
 def process_started(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), the same whoever asks: from
-    /proc on Linux (boot time plus the process's start in clock ticks), else from ``ps -o lstart``
-    (macOS, the BSDs); None when neither tells."""
-    try:
-        with open("/proc/stat", encoding="ascii") as handle:
-            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
-        with open(f"/proc/{int(pid)}/stat", encoding="utf-8", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return float(boot + int(fields[19]) // os.sysconf("SC_CLK_TCK"))
-    except (OSError, StopIteration, IndexError, ValueError):
-        pass
+    """When process ``pid`` started (seconds since the epoch), the same whoever asks: from /proc
+    through ``_detached`` (as the run lock's holder record reads the controller), else from
+    ``ps -o lstart`` (a controller on macOS or a BSD); None when neither tells."""
+    stat = _detached.read_stat(pid)
+    if stat is not None:
+        return _detached.start_epoch(stat.starttime)
     try:
         out = subprocess.run(["ps", "-o", "lstart=", "-p", str(int(pid))], capture_output=True, text=True,
                              timeout=10, env={**os.environ, "LC_ALL": "C"}, check=True).stdout
