@@ -18,7 +18,8 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings
 
 Argv = list[tuple[str, list[str]]]
-Render = Callable[[Mapping[str, Any], HostSettings, PlanRequest], Argv]
+# (the profile's value for the row's key, the host's settings, the request) -> flags
+Render = Callable[[Any, HostSettings, PlanRequest], Argv]
 
 
 @dataclass(frozen=True)
@@ -30,31 +31,31 @@ class ProfileFlag:
     render: Render
 
 
-def value_flag(flag: str, key: str) -> Render:
+def value_flag(flag: str) -> Render:
     """The setting's value (per model kind where a mapping) as ``flag``'s value; null: not rendered
     (SGLang decides)."""
-    def flags(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
-        value = by_arch(prof.get(key), st.arch)
+    def flags(value: Any, st: HostSettings, req: PlanRequest) -> Argv:
+        value = by_arch(value, st.arch)
         return [] if value is None else [(flag, [render(value)])]
     return flags
 
 
-def switch_flag(flag: str, key: str) -> Render:
+def switch_flag(flag: str) -> Render:
     """``flag`` without a value when the setting is true (per model kind where a mapping)."""
-    def flags(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
-        return [(flag, [])] if by_arch(prof.get(key), st.arch) else []
+    def flags(value: Any, st: HostSettings, req: PlanRequest) -> Argv:
+        return [(flag, [])] if by_arch(value, st.arch) else []
     return flags
 
 
-def _running_limit(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
+def _running_limit(value: Any, st: HostSettings, req: PlanRequest) -> Argv:
     return [] if st.max_running_requests is None else [("--max-running-requests", [str(st.max_running_requests)])]
 
 
-def _cuda_graph(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
+def _cuda_graph(value: Any, st: HostSettings, req: PlanRequest) -> Argv:
     return [] if st.cuda_graph_max_bs is None else [(st.cuda_graph_flag, [str(st.cuda_graph_max_bs)])]
 
 
-def _speculative(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
+def _speculative(value: Any, st: HostSettings, req: PlanRequest) -> Argv:
     if not st.spec:
         return []
     argv: Argv = [
@@ -68,7 +69,7 @@ def _speculative(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) ->
     return argv
 
 
-def _mamba(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
+def _mamba(value: Any, st: HostSettings, req: PlanRequest) -> Argv:
     return [] if st.mamba_strategy is None else [(st.mamba_flag, [st.mamba_strategy])]
 
 
@@ -76,7 +77,7 @@ HICACHE_FLAGS = (("write_policy", "--hicache-write-policy"), ("io_backend", "--h
                  ("mem_layout", "--hicache-mem-layout"))
 
 
-def _hicache(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
+def _hicache(value: Any, st: HostSettings, req: PlanRequest) -> Argv:
     if not st.hicache_flags.get("enabled"):
         return []
     argv: Argv = [("--enable-hierarchical-cache", [])]
@@ -90,12 +91,12 @@ def _hicache(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Arg
 
 PROFILE_FLAGS: tuple[ProfileFlag, ...] = (
     ProfileFlag("mem_fraction_static", "`--mem-fraction-static` (null: SGLang decides)",
-                value_flag("--mem-fraction-static", "mem_fraction_static")),
+                value_flag("--mem-fraction-static")),
     ProfileFlag("max_running_requests", "`--max-running-requests` (null: SGLang decides; the speculative "
                 "profiles set it, as SGLang resets it to 48 under speculative decoding)", _running_limit),
     ProfileFlag("cuda_graph_max_bs", "the CUDA-graph maximum batch, with the release's flag (null: equal to max "
                 "running requests when that is set); always raised to max running requests", _cuda_graph),
-    ProfileFlag("metrics", "`--enable-metrics` (Prometheus /metrics)", switch_flag("--enable-metrics", "metrics")),
+    ProfileFlag("metrics", "`--enable-metrics` (Prometheus /metrics)", switch_flag("--enable-metrics")),
     ProfileFlag("speculative", "null (off) or {algorithm, steps, topk, draft_tokens}: the `--speculative-*` flags; "
                 "algorithm auto is NEXTN for a built-in MTP head, EAGLE with a draft model", _speculative),
     ProfileFlag("mamba_strategy", "the radix-cache strategy of hybrid models, with the release's flag (null: "
@@ -104,10 +105,10 @@ PROFILE_FLAGS: tuple[ProfileFlag, ...] = (
                 "`--enable-hierarchical-cache` and the `--hicache-*` flags, the size from the host's facts", _hicache),
     ProfileFlag("chunked_prefill_size", "`--chunked-prefill-size`, tokens per prefill chunk (null: SGLang decides; "
                 "smaller chunks cut the decode stalls a long prompt causes, larger ones raise prefill throughput)",
-                value_flag("--chunked-prefill-size", "chunked_prefill_size")),
+                value_flag("--chunked-prefill-size")),
 )
 
 
 def profile_argv(prof: Mapping[str, Any], st: HostSettings, req: PlanRequest) -> Argv:
     """The flags of the profile's settings, in the table's order."""
-    return [pair for row in PROFILE_FLAGS for pair in row.render(prof, st, req)]
+    return [pair for row in PROFILE_FLAGS for pair in row.render(prof.get(row.key), st, req)]
