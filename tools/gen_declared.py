@@ -164,11 +164,20 @@ def role_defaults_text(role: str, specs_text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sweep_spec_text() -> str:
-    spec = _docspec.options_spec(_docspec.documented_options(SWEEP_MODULE))
+def _with_no_log_rule(spec: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """validate-modules asks every option whose name looks secret to say no_log: a credential is
+    hidden (``api_key``, a hub ``token``), a count is not (``max_tokens``); a module gives the
+    exceptions (``run_lock``'s lock ``token``, a dict of secrets) when it asks for its spec."""
     for name, entry in spec.items():
         if _SECRET_LOOKING.search(name) and "no_log" not in entry:
             entry["no_log"] = bool(_SECRET.search(name))
+        if isinstance(entry.get("options"), dict):
+            _with_no_log_rule(entry["options"])
+    return spec
+
+
+def sweep_spec_text() -> str:
+    spec = _with_no_log_rule(_docspec.options_spec(_docspec.documented_options(SWEEP_MODULE)))
     body = "{\n" + "".join(f"    {name!r}: {entry!r},\n" for name, entry in spec.items()) + "}"
     return (
         "# Copyright: llmops.sglang contributors\n"
@@ -188,18 +197,6 @@ def sweep_spec_text() -> str:
 
 
 MODULE_SPECS = ROOT / "plugins" / "module_utils" / "_shared" / "argspecs.py"
-
-
-def _with_no_log_rule(spec: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """validate-modules asks every option whose name looks secret to say no_log: a credential is
-    hidden (``api_key``, a hub ``token``), a count is not (``max_tokens``); a module gives the
-    exceptions (``run_lock``'s lock ``token``, a dict of secrets) when it asks for its spec."""
-    for name, entry in spec.items():
-        if _SECRET_LOOKING.search(name) and "no_log" not in entry:
-            entry["no_log"] = bool(_SECRET.search(name))
-        if isinstance(entry.get("options"), dict):
-            _with_no_log_rule(entry["options"])
-    return spec
 
 
 def module_specs_text() -> str:
