@@ -28,6 +28,13 @@ def _children(pgid: int) -> list[int]:
     return [s.pid for s in d.group_members(pgid) if s.pid != pgid]
 
 
+def _argv0(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
 def _wait(predicate, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -123,7 +130,8 @@ def test_a_process_of_the_group_without_the_marker_is_foreign(tmp_path: Path) ->
     d.start(spec)
     leader = d.read_pid_file(spec.pid_file).pid
     try:
-        assert _wait(lambda: len(_children(leader)) == 1)
+        # the child is the shell's fork (with the instance's marker) until it execs Python: wait for Python
+        assert _wait(lambda: len(_children(leader)) == 1 and _argv0(_children(leader)[0]) == sys.executable)
         other = _children(leader)[0]
         found = own.find_ownership(str(base))
         assert found.owner(leader) == "gpu0"
@@ -149,7 +157,9 @@ def test_a_child_whose_environment_shows_no_marker_is_the_instances(tmp_path: Pa
     d.start(spec)
     leader = d.read_pid_file(spec.pid_file).pid
     try:
-        assert _wait(lambda: len(_children(leader)) == 1)
+        # the child is the shell's fork, then `env -i`, then Python: wait for Python (before its
+        # exec, a loaded machine shows the fork still holding the shell's environment, marker included)
+        assert _wait(lambda: len(_children(leader)) == 1 and _argv0(_children(leader)[0]) == sys.executable)
         child = _children(leader)[0]
         assert d.MARKER_ENV not in (d.read_environ(child) or {})
         assert own.find_ownership(str(base)).owner(child) == "gpu0"
