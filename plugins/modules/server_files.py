@@ -18,7 +18,9 @@ description:
     owner differ, atomically. Returns the instances whose environment, launch script or
     C(--config) file changed (O(instances) to restart).
   - With O(engine_stamp), also says whether the embedded engine's root holds the files of
-    the given digest (the stamp written after the last copy, and the shim).
+    the given digest (the stamp written after the last unpack, and the shim); with
+    O(engine_archive) too, unpacks the engine's files into its root and writes the stamp where it
+    does not (module_utils/_server/engineroot.py).
   - With O(manifest), writes only the deployment manifest instead (C(deployment.json), 0644).
   - The files are rendered here from the plan's fields (argv, environment, paths); the plan
     decides, this module renders (action M(llmops.sglang.server_plan)).
@@ -71,6 +73,27 @@ options:
   engine_stamp:
     description: The embedded engine's stamp file, the digest of its files and its shim's path.
     type: dict
+  engine_archive:
+    description:
+      - The embedded engine's files as one gzip tar (the plan's C(engine_files.archive)), to unpack
+        into O(engine_archive.root) where O(engine_stamp) says the root does not hold them. Needs
+        O(engine_stamp). The action reads the archive on the controller and sends its bytes with
+        the module's arguments (O(engine_archive.content)); nothing is sent to a host as a file.
+      - Only folders and regular files under relative names are taken; an archive with anything
+        else fails the task before a file is written.
+    type: dict
+    suboptions:
+      path:
+        description: The archive on the controller.
+        type: path
+        required: true
+      root:
+        description: The engine's root on the host (created 0755 when missing).
+        type: path
+        required: true
+      content:
+        description: The archive's bytes in base64 (set by the action from O(engine_archive.path)).
+        type: str
   manifest:
     description: The deployment manifest to write to O(manifest_path) (nothing else is written then).
     type: dict
@@ -146,19 +169,29 @@ lines:
   type: list
   elements: str
 engine_current:
-  description: Whether the engine root holds the files of O(engine_stamp)'s digest (null without it).
+  description:
+    - Whether the engine root holds the files of O(engine_stamp)'s digest (null without it), after
+      this run's unpack (O(engine_archive)).
+  returned: always
+  type: bool
+engine_unpacked:
+  description:
+    - Whether a file of the engine changed in its root (O(engine_archive); or would, in check
+      mode). Only files whose bytes or mode differ are written; the stamp is not counted.
   returned: always
   type: bool
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmops.sglang.plugins.module_utils._server.engineroot import (
+    engine_current,
+    unpack_engine,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._server.files import (
     Owner,
     restore_previous,
-    stamp_matches,
     write_instances,
     write_manifest,
 )
@@ -169,7 +202,8 @@ PATH_KEYS = ("dir", "log_file", "env_file", "launch_script", "secrets_file")
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=argument_spec("server_files", no_log={"secret_env": True}),
+        # the engine's archive is no secret, but 160 KB of base64 in every -vvv invocation is noise
+        argument_spec=argument_spec("server_files", no_log={"secret_env": True, "engine_archive.content": True}),
         required_together=[("manifest", "manifest_path")],
         supports_check_mode=True,
     )
@@ -195,13 +229,23 @@ def main() -> None:
                                       keep_previous=params["keep_previous"])
     except (OSError, KeyError, ValueError) as exc:
         module.fail_json(msg=f"writing the instances' files: {exc}")
-    stamp = params["engine_stamp"]
-    current = None
+    stamp, archive = params["engine_stamp"], params["engine_archive"]
+    current, engine_files, stamped = None, [], False
+    if archive and not stamp:
+        module.fail_json(msg="engine_archive needs engine_stamp (the digest its root must hold)")
+    if archive and not archive.get("content"):
+        module.fail_json(msg=f"engine_archive: no content (the action reads {archive['path']} on the controller)")
     if stamp:
-        current = stamp_matches(str(stamp["path"]), str(stamp["digest"])) and all(
-            os.path.isfile(str(p)) for p in stamp.get("shim") or [])
-    result = {"changed": bool(outcome.changed), "restart": outcome.restart, "files": outcome.changed,
-              "engine_current": current}
+        if archive:
+            try:
+                engine_files, stamped = unpack_engine(str(archive["content"]), str(archive["root"]), stamp,
+                                                      module.check_mode)
+            except (OSError, ValueError) as exc:
+                module.fail_json(msg=f"unpacking the embedded engine into {archive['root']}: {exc}")
+        current = engine_current(stamp)
+    changed = outcome.changed + engine_files + ([str(stamp["path"])] if stamped else [])
+    result = {"changed": bool(changed), "restart": outcome.restart, "files": changed,
+              "engine_current": current, "engine_unpacked": bool(engine_files)}
     if module._diff:
         result["diff"] = outcome.diffs
     module.exit_json(**result)

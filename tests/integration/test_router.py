@@ -108,9 +108,50 @@ def routed(tmp_path: Path) -> Iterator[Deployment]:
     stop_all(dep)
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def test_router_in_front_of_the_instances_idempotent_restarted_on_change_then_stopped(routed: Deployment) -> None:
-    first = routed.play("deploy.yml")
+    """One router deployment, from its gate to its stop. First deploy.yml's rollout check in its
+    gate (action router_plan, option rollout; issue 19; was test_rollout_floor.py, which deployed
+    the same inventory a second time): a capacity floor that cannot hold is refused before
+    anything starts, --check prints the rollout estimate (the load time a default until
+    instances have started, then measured), a floor that holds deploys. Then the router in front
+    of the instances, idempotent, restarted when its own configuration changes, stopped."""
+    base, router = routed.extra["sglang_base_port"], routed.extra["sglang_router_port"]
+    ports = [base, base + 1, router, router + 1]
+    refused = routed.play("deploy.yml", sglang_rollout_min_available=2)
+    assert refused.rc != 0, refused.out[-4000:]
+    assert "rollout refused: sglang_rollout_min_available=2 keeps 2 of 2 instances" in refused.out, \
+        refused.out[-4000:]
+    assert "lower the floor to at most 1 or 50%" in refused.out
+    assert not any(listening(p) for p in ports), ports
+    assert router_pid(routed) is None and not (routed.base / "deployment.json").exists()
+    assert not (Path(routed.extra["sglang_router_base_dir"]) / "router").exists()
+
+    check = routed.play("deploy.yml", "--check")
+    assert check.rc == 0, check.out[-4000:]
+    text = " ".join(check.out.split())  # the YAML callback folds long lines
+    assert "rollout estimate: 1 hosts x 2 instances, 1 host(s) per batch (1 batches)" in text, check.out[-4000:]
+    assert "load time L 3 min: a default (nothing measured yet" in text
+    assert "capacity floor: none" in text
+    assert not any(listening(p) for p in ports)
+
+    first = routed.play("deploy.yml", sglang_rollout_min_available="50%")
     assert first.rc == 0, first.out[-4000:]
+    estimate = routed.play("deploy.yml", "--check", sglang_rollout_min_available=1,
+                           sglang_rollout_estimate={"host_fixed_s": 20})
+    assert estimate.rc == 0, estimate.out[-4000:]
+    text = " ".join(estimate.out.split())
+    slowest = max(routed.manifest()["instances"], key=lambda i: i["ready_after_s"])
+    assert (f"measured (the longest ready_after_s of the last deploy: localhost {slowest['name']})"
+            in text), estimate.out[-4000:]
+    assert "fixed F 20 s, step S 15 s, run P 2 min (sglang_rollout_estimate)" in text
+    assert "capacity floor: sglang_rollout_min_available=1 = 1 of 2 instances, holds" in text
+
     manifest = routed.manifest()
     expected = sorted(i["connect_url"] for i in manifest["instances"])
     assert len(expected) == 2

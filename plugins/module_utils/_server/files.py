@@ -301,15 +301,6 @@ def restore_previous(instances: list[Mapping[str, Any]], names: Collection[str],
     return {"restored": restored, "missing": missing, "lines": lines}
 
 
-def stamp_matches(path: str, digest: str) -> bool:
-    """Whether the engine root's stamp file holds ``digest`` (the files copied last time)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip() == digest
-    except OSError:
-        return False
-
-
 def write_manifest(path: str, manifest: Mapping[str, Any], owner: Owner, check: bool) -> Outcome:
     """deployment.json (0644), written when it differs."""
     writer = Writer(owner, check)

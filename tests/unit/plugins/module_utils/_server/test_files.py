@@ -14,7 +14,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._server import layou
 from ansible_collections.llmops.sglang.plugins.module_utils._server.files import (
     Owner,
     launch_text,
-    stamp_matches,
     write_instances,
     write_manifest,
 )
@@ -88,15 +87,11 @@ def test_a_script_bash_refuses_is_not_written(tmp_path: Path, monkeypatch: pytes
     assert not (base / "gpu0" / "launch.sh").exists()
 
 
-def test_manifest_and_stamp(tmp_path: Path) -> None:
+def test_manifest(tmp_path: Path) -> None:
     path = tmp_path / "deployment.json"
     assert write_manifest(str(path), {"b": 1, "a": [1]}, Owner(), check=False).changed == [str(path)]
     assert json.loads(path.read_text()) == {"a": [1], "b": 1}
     assert write_manifest(str(path), {"a": [1], "b": 1}, Owner(), check=False).changed == []
-    stamp = tmp_path / "engine.files.sha256"
-    assert not stamp_matches(str(stamp), "abc")
-    stamp.write_text("abc")
-    assert stamp_matches(str(stamp), "abc") and not stamp_matches(str(stamp), "abd")
 
 
 def test_files_that_served_are_kept_and_a_rollback_puts_them_back(tmp_path: Path) -> None:
