@@ -31,7 +31,8 @@ def batches(args: Mapping[str, Any]) -> dict[str, Any]:
     """What restarts, what goes, what stays (against ``previous``), and the batches (``args``
     validated: every documented option is there, with its documented default)."""
     plan = _plan(args)
-    change = _deployment.diff(plan, args.get("previous") or None, args.get("restart") or [], args["engine_changed"])
+    # previous given (the plan's, ``{}`` on a first deploy): instances it lacks are new; omitted: not known
+    change = _deployment.diff(plan, args.get("previous"), args.get("restart") or [], args["engine_changed"])
     found, warnings = rollout_batches(plan, change["restart"], list(args.get("running") or plan.get("running") or []),
                                       policy=args["policy"], routed=args["routed"], at_once=args["at_once"],
                                       canary=args["canary"], canary_s=args["canary_s"], guard_s=args["guard_s"],

@@ -48,7 +48,11 @@ options:
     description: The host's plan (M(llmops.sglang.server_plan)'s, or V(rollback_plan)'s); for every step but V(records) and V(rollback_plan).
     type: dict
   previous:
-    description: V(batches) - the manifest read when planning (the plan's C(previous)); omitted - nothing is removed.
+    description:
+      - V(batches) - the manifest read when planning (the plan's C(previous), an empty dict where the
+        host had no deployment); omitted - nothing is removed.
+      - A planned instance it does not have is started, never stopped or drained first (nothing of
+        it can run); omitted - not known, every changed instance is restarted.
     type: dict
   restart:
     description:

@@ -17,19 +17,29 @@ def diff(plan: Mapping[str, Any], previous: Mapping[str, Any] | None, changed: I
          engine_changed: bool = False) -> dict[str, Any]:
     """What a deploy does to each instance: {restart: [names whose script, environment or
     engine changed: stopped, then started again], remove: [records of the previous manifest
-    that the plan no longer has], keep: [names]}. Instances that are not running are started
-    by the start phase whatever this says. A live instance the previous manifest did not list
-    (``in_manifest: false``: left by an interrupted deploy) is replaced when planned: what it
-    runs is not known."""
+    that the plan no longer has], keep: [names], new: [names]}. Instances that are not running
+    are started by the start phase whatever this says. A live instance the previous manifest did
+    not list (``in_manifest: false``: left by an interrupted deploy) is replaced when planned:
+    what it runs is not known.
+
+    Given ``previous`` (the manifest as the host read it when planning, with the live instance
+    folders it did not list added, or rebuilt from the folders when it is missing or unreadable;
+    ``{}`` when there is neither), an instance it does not have is ``new``, never restarted: it
+    has no folder of this deployment, so nothing of it can run (a server is found by its
+    folder), and a stop and a drain for it would be module runs for nothing (on a first deploy,
+    the engine's unpack "changes" every instance; issue 27). ``previous`` None (not known: a
+    rollback's batches) leaves every planned instance as it was."""
     planned = [i["name"] for i in plan.get("instances", [])]
+    before = set(planned) if previous is None else {i.get("name") for i in previous.get("instances", []) or []}
     # a candidate (its rollout stopped while the guard watched it, ``candidate``) is replaced
     # too: it serves a configuration nothing judged
     unlisted = {i.get("name") for i in (previous or {}).get("instances", []) or []
                 if i.get("in_manifest") is False or i.get("candidate")}
-    touched = set(planned) if engine_changed else (set(changed or []) | unlisted) & set(planned)
+    touched = (set(planned) if engine_changed else (set(changed or []) | unlisted) & set(planned)) & before
     restart = [name for name in planned if name in touched]
     remove = [i for i in (previous or {}).get("instances", []) or [] if i.get("name") not in planned]
-    return {"restart": restart, "remove": remove, "keep": [n for n in planned if n not in touched]}
+    return {"restart": restart, "remove": remove, "keep": [n for n in planned if n in before and n not in touched],
+            "new": [n for n in planned if n not in before]}
 
 
 def _main_pid(result: Mapping[str, Any]) -> int | None:

@@ -60,9 +60,26 @@ def test_service_records_and_wait_and_idle_specs() -> None:
 def test_deployment_diff_says_what_to_restart_and_remove() -> None:
     previous = {"instances": [{"name": "gpu0"}, {"name": "gpu1"}, {"name": "gpu2", "unit": None}]}
     diff = _deployment.diff(PLAN, previous, ["gpu1", "gpu1", "gpu9"])
-    assert diff == {"restart": ["gpu1"], "remove": [{"name": "gpu2", "unit": None}], "keep": ["gpu0"]}
-    everything = _deployment.diff(PLAN, None, [], engine_changed=True)
-    assert everything == {"restart": ["gpu0", "gpu1"], "remove": [], "keep": []}
+    assert diff == {"restart": ["gpu1"], "remove": [{"name": "gpu2", "unit": None}], "keep": ["gpu0"], "new": []}
+    everything = _deployment.diff(PLAN, previous, [], engine_changed=True)
+    assert everything == {"restart": ["gpu0", "gpu1"], "remove": [{"name": "gpu2", "unit": None}], "keep": [],
+                          "new": []}
+
+
+def test_an_instance_the_previous_deployment_does_not_have_is_new_never_restarted() -> None:
+    """Issue 27: on a first deploy (no manifest, no instance folder: ``previous`` None) the
+    engine's unpack and the new files "change" every instance; none of them can be running (a
+    server is found by its folder), so none is stopped or drained first: they are started."""
+    first = _deployment.diff(PLAN, {}, ["gpu0", "gpu1"], engine_changed=True)
+    assert first == {"restart": [], "remove": [], "keep": [], "new": ["gpu0", "gpu1"]}
+    # previous not known (a rollback's batches): every changed instance restarts, as before
+    assert _deployment.diff(PLAN, None, [], engine_changed=True)["restart"] == ["gpu0", "gpu1"]
+    # gpu1 added to a deployment of gpu0: gpu0 restarts for the engine, gpu1 is started
+    grown = _deployment.diff(PLAN, {"instances": [{"name": "gpu0"}]}, ["gpu1"], engine_changed=True)
+    assert grown["restart"] == ["gpu0"] and grown["new"] == ["gpu1"]
+    # a folder rebuilt into the manifest (deployment.json lost) or live and unlisted is not new
+    rebuilt = _deployment.diff(PLAN, {"instances": [{"name": "gpu0"}, {"name": "gpu1", "in_manifest": False}]}, [])
+    assert rebuilt["restart"] == ["gpu1"] and rebuilt["new"] == []
 
 
 def test_a_live_instance_left_out_of_the_manifest_is_replaced_or_removed() -> None:
