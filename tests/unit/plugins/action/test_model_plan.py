@@ -3,24 +3,20 @@ reference resolved once through model_revision where the task runs, every host's
 from __future__ import annotations
 
 from typing import Any
-from unittest import mock
 
 from ansible_collections.llmops.sglang.plugins.action.model_plan import ActionModule
+
+from .actions import make_action
 
 C1 = "c" * 40
 
 
 def _action(args: dict[str, Any], answers: dict[str, dict[str, Any]]) -> tuple[ActionModule, list[dict[str, Any]]]:
-    task = mock.MagicMock(args=args, async_val=0, check_mode=False)
-    action = ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
-    calls: list[dict[str, Any]] = []
-
-    def execute(module_name: str, module_args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+    def execute(module_name: str, module_args: dict[str, Any]) -> dict[str, Any]:
         assert module_name == "llmops.sglang.model_revision"
-        calls.append(module_args)
         return answers[f"{module_args['repo']}@{module_args['revision']}"]
 
-    action._execute_module = execute  # type: ignore[method-assign]
+    action, calls = make_action(ActionModule, args, execute)
     return action, calls
 
 
@@ -33,7 +29,8 @@ def test_each_reference_is_resolved_once_and_every_host_planned() -> None:
     action, calls = _action({"requests": requests, "controller_cache_dir": "/ctl", "endpoint": "http://127.0.0.1:1"},
                             {"org/m@main": {"commit": C1}})
     result = action.run(task_vars={})
-    assert calls == [{"repo": "org/m", "revision": "main", "offline": False, "endpoint": "http://127.0.0.1:1"}]
+    assert calls == [{"module": "llmops.sglang.model_revision", "repo": "org/m", "revision": "main", "offline": False,
+                      "endpoint": "http://127.0.0.1:1"}]
     assert result["resolved"] == {"org/m@main": C1} and not result.get("failed")
     assert result["hosts"]["h2"]["paths"]["model"].startswith("/data/h2/models--org--m/snapshots/" + C1)
 
