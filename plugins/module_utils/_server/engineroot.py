@@ -22,9 +22,10 @@ import io
 import os
 import posixpath
 import tarfile
-import tempfile
 from collections.abc import Mapping
 from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.module_utils._server.files import atomic_write
 
 
 def stamp_matches(path: str, digest: str) -> bool:
@@ -58,19 +59,6 @@ def _members(data: bytes) -> list[tuple[tarfile.TarInfo, bytes | None]]:
             else:
                 raise ValueError(f"engine archive: member {member.name!r} is neither a folder nor a file")
     return out
-
-
-def _write(path: str, data: bytes, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _same(path: str, body: bytes, mode: int) -> bool:
@@ -114,7 +102,7 @@ def unpack_engine(content: str, root: str, stamp: Mapping[str, Any], check: bool
         changed.append(target)
         if not check:
             os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-            _write(target, body, mode)
+            atomic_write(target, body, mode)
     if not check:
-        _write(str(stamp["path"]), (str(stamp["digest"]) + "\n").encode(), 0o644)
+        atomic_write(str(stamp["path"]), (str(stamp["digest"]) + "\n").encode(), 0o644)
     return changed, True

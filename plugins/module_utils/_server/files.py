@@ -154,7 +154,7 @@ class Writer:
         if validate:
             _validate(text, validate, path)
         if not self.check:
-            _atomic_write(path, data, mode, self.uid, self.gid)
+            atomic_write(path, data, mode, self.uid, self.gid)
         self.outcome.changed.append(path)
         self.outcome.diffs.append({
             "before_header": path, "after_header": path,
@@ -173,7 +173,8 @@ def _validate(text: str, command: list[str], path: str) -> None:
         raise ValueError(f"{path} would not pass {' '.join(command)}: {proc.stderr.strip()}")
 
 
-def _atomic_write(path: str, data: bytes, mode: int, uid: int, gid: int) -> None:
+def atomic_write(path: str, data: bytes, mode: int, uid: int = -1, gid: int = -1) -> None:
+    """``data`` to ``path`` with ``mode`` (and owner; -1 keeps the writer's): a temporary file in the same folder, then a rename."""
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
@@ -257,7 +258,7 @@ def _snapshot(paths: Mapping[str, str], owner: Owner) -> None:
             if os.path.exists(target):
                 os.unlink(target)
             continue
-        _atomic_write(target, data, os.stat(paths[key]).st_mode & 0o777, uid, gid)
+        atomic_write(target, data, os.stat(paths[key]).st_mode & 0o777, uid, gid)
 
 
 def has_previous(paths: Mapping[str, str]) -> bool:
