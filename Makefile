@@ -35,7 +35,7 @@ HOST_SIDE_PY := $(sort $(wildcard $(shell grep -v -e '^[[:space:]]*$(HASH)' -e '
 VERMIN := vermin --no-config-file -t=3.10- --violations --no-tips --no-eval-annotations
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup setup-newcore router generated lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test browser-test demo clean stop
+.PHONY: help setup setup-newcore unit-newcore integration-newcore router generated lint unit integration e2e molecule build sanity sanity-newcore units-ansible-test coverage test test-newcore fleet-test browser-test demo clean stop
 
 help:
 	@echo "make setup        create $(VENV) with the pinned toolchain ($(REQS))"
@@ -84,8 +84,12 @@ lint: setup
 unit: setup router
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 4 --dist worksteal --durations=0 tests/unit
 
+# The ports of the integration tests (tests/integration/conftest.py, free_port_block): integration
+# takes the first third of them, e2e the second, integration-newcore the last, so that the three can
+# run side by side (make test, .ci/run). Three workers: beside other work (.ci/run's stages, another
+# job) three runnable processes get a larger share of the cores than two (docs/DEVELOPING.md).
 integration: setup router
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not e2e" --durations=0 tests/integration
+	LLMOPS_TEST_PORT_SHARE=0/3 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 3 -m "not e2e" --durations=0 tests/integration
 
 # End-to-end runs of several minutes each (tune.yml on inventories/seed then deploy.yml; a bench
 # through the router, also with a worker down; a remote sweep outliving a killed controller; tune's
@@ -93,7 +97,7 @@ integration: setup router
 # `make test` (about 19 minutes on 2 cores from a fresh clone); .ci/run runs them after it, beside
 # the fleet scenarios.
 e2e: setup router
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m e2e --durations=0 tests/integration
+	LLMOPS_TEST_PORT_SHARE=1/3 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m e2e --durations=0 tests/integration
 
 molecule: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s default
@@ -188,14 +192,21 @@ setup-newcore:
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP setup-newcore: no Python >= 3.12 found"; exit 0; fi; \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) setup
 
-test-newcore: router setup-newcore
-	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP test-newcore: no Python >= 3.12 found"; exit 0; fi; \
-	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 4 --dist worksteal --durations=0 --ansible-facing tests/unit && \
-	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 2 --durations=0 tests/integration -k "(check_mode or systemd or fqcn or tarball or bad_profile) and not api_key" && \
-	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
+# Its three parts: unit-newcore, integration-newcore (the third share of the test ports: it runs
+# beside integration and e2e in make test and .ci/run) and sanity-newcore.
+test-newcore: unit-newcore integration-newcore sanity-newcore
 
-# Sanity alone with the newest ansible-core (test-newcore runs it last).
-sanity-newcore:
+unit-newcore: router setup-newcore
+	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP unit-newcore: no Python >= 3.12 found"; exit 0; fi; \
+	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 4 --dist worksteal --durations=0 --ansible-facing tests/unit
+
+integration-newcore: router setup-newcore
+	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP integration-newcore: no Python >= 3.12 found"; exit 0; fi; \
+	LLMOPS_TEST_PORT_SHARE=2/3 PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 2 --durations=0 tests/integration \
+	  -k "(check_mode or systemd or fqcn or tarball or bad_profile) and not api_key"
+
+# Sanity with the newest ansible-core (test-newcore's last part).
+sanity-newcore: setup-newcore
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP sanity-newcore: no Python >= 3.12 found"; exit 0; fi; \
 	$(MAKE) --no-print-directory PYTHON=$(PYTHON_NEW) VENV=$(VENV_NEW) sanity
 
@@ -207,6 +218,9 @@ sanity-newcore:
 # (it is .ci/run's own step, FLEET_TESTS="tests/fleet/test_fleet_rollout.py tests/fleet/test_fleet_staging.py": the six rollout scenarios and the two of model staging;
 # the smoke scenario repeats the first). FLEET_TESTS: what pytest runs; FLEET_ARGS go to pytest, e.g. FLEET_ARGS="-k smoke --fleet-servers 4".
 FLEET_APT_TIMEOUT ?= 600
+# apt-get under one lock of ours: the fleet's and the browser test's installs run side by side in
+# .ci/run, and two apt-get at once fail on apt's own locks instead of waiting
+APT_GET := flock /tmp/llmops-sglang-apt.lock apt-get
 FLEET_ARGS ?=
 FLEET_TESTS ?= tests/fleet
 fleet-test: setup router
@@ -214,8 +228,8 @@ fleet-test: setup router
 	@command -v ip >/dev/null || { echo "make fleet-test: needs iproute2 (the ip command)"; exit 1; }
 	@test -x /usr/sbin/sshd || { echo "make fleet-test: installing openssh-server (apt-get)"; \
 	  log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
-	  { timeout $(FLEET_APT_TIMEOUT) apt-get update -qq && \
-	    timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends openssh-server; } >"$$log" 2>&1 \
+	  { timeout $(FLEET_APT_TIMEOUT) $(APT_GET) update -qq && \
+	    timeout $(FLEET_APT_TIMEOUT) $(APT_GET) install -y -qq --no-install-recommends openssh-server; } >"$$log" 2>&1 \
 	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q --durations=0 $(FLEET_TESTS) $(FLEET_ARGS)
 
@@ -226,24 +240,30 @@ browser-test: setup
 	@test -n "$${CHROMIUM:-}" || command -v chromium >/dev/null || { echo "make browser-test: installing chromium (apt-get)"; \
 	  test "$$(id -u)" = 0 || { echo "make browser-test: needs root to install chromium, or CHROMIUM=/path/to/it"; exit 1; }; \
 	  log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
-	  { timeout $(FLEET_APT_TIMEOUT) apt-get update -qq && \
-	    timeout $(FLEET_APT_TIMEOUT) apt-get install -y -qq --no-install-recommends chromium; } >"$$log" 2>&1 \
+	  { timeout $(FLEET_APT_TIMEOUT) $(APT_GET) update -qq && \
+	    timeout $(FLEET_APT_TIMEOUT) $(APT_GET) install -y -qq --no-install-recommends chromium; } >"$$log" 2>&1 \
 	  || { cat "$$log"; rm -f "$$log"; exit 1; }; rm -f "$$log"; }
 	$(BIN)/pytest -q --durations=0 tests/browser
 
 # The stages that leave the two cores idle part of the time (unit waits on its servers and sweeps,
 # molecule on its instances, sanity and lint are mostly one process, the newest core's venv on pip,
 # then its ansible-facing tests and sanity) run side by side, each line prefixed with its stage
-# (tools/side_by_side.py); then integration, which keeps both cores busy alone (docs/DEVELOPING.md,
-# issue 27).
+# (tools/side_by_side.py); then integration, which keeps both cores busy (docs/DEVELOPING.md,
+# issue 27), beside the newest core's integration subset and TEST_BESIDE_INTEGRATION: more
+# `NAME 'COMMAND'` pairs of side_by_side.py, empty here; .ci/run gives its e2e, browser and fleet
+# stages, so that on a machine shared with other work CI's playbook stages run as one group of
+# processes (each runnable process gets its share of the cores: docs/DEVELOPING.md, "Beside other
+# work").
+TEST_BESIDE_INTEGRATION ?=
 test: setup router
 	$(PY) tools/side_by_side.py \
 	  lint '$(MAKE) --no-print-directory lint' \
 	  unit '$(MAKE) --no-print-directory unit' \
 	  molecule '$(MAKE) --no-print-directory molecule' \
 	  sanity '$(MAKE) --no-print-directory build sanity' \
-	  newcore '$(MAKE) --no-print-directory test-newcore'
-	$(MAKE) --no-print-directory integration
+	  newcore '$(MAKE) --no-print-directory unit-newcore sanity-newcore'
+	$(PY) tools/side_by_side.py integration '$(MAKE) --no-print-directory integration' \
+	  newcore-integration '$(MAKE) --no-print-directory integration-newcore' $(TEST_BESIDE_INTEGRATION)
 	@echo "make test: all stages passed"
 
 # Line coverage of plugins/ over the unit and integration stages together (issue 27: it must not fall

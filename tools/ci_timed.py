@@ -48,6 +48,8 @@ SIDE_BY_SIDE = re.compile(r"^\[([\w-]+)\] done after (\d+) s")
 GROUP = re.compile(r"^side by side \(([^)]*)\): (\d+) s")
 SIDE_STEPS = {"fleet": ("fleet-test",), "sanity": ("build", "sanity"), "setup-newcore": (),
               "newcore": ("test-newcore",), "browser": ()}
+# The prefix side_by_side.py puts on each line of a stage it runs.
+PREFIX = re.compile(r"^\[([\w-]+)\] ")
 # A row of pytest's `--durations=0` table (every stage's pytest prints one): seconds, phase, test.
 DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
 
@@ -61,15 +63,16 @@ def durations(log_path: str) -> list[tuple[str, str, str, float]]:
     with open(log_path, encoding="utf-8", errors="replace") as log:
         for raw in log:
             line = raw.split("] ", 1)[1] if raw.startswith("[") and "] " in raw else raw
-            for prefix, name in (("[e2e] ", "e2e"), ("[fleet] ", "fleet-test")):  # side by side
-                if line.startswith(prefix):
-                    line = line[len(prefix):]
-                    step = name
-                    seen.add(name)
-            for name, marker in STEPS:
-                if name not in seen and marker in line:
-                    seen.add(name)
-                    step = name
+            stage = PREFIX.match(line)
+            if stage:  # a line of a stage run side by side: its prefix names the step
+                line = line[stage.end():]
+                step = (SIDE_STEPS.get(stage[1]) or (stage[1],))[-1]
+                seen.add(step)
+            else:
+                for name, marker in STEPS:
+                    if name not in seen and marker in line:
+                        seen.add(name)
+                        step = name
             match = DURATION.match(line)
             if match:
                 rows.append((step, match[3], match[2], float(match[1])))

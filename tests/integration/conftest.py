@@ -36,17 +36,34 @@ _GIVEN: set[int] = set()  # every port this test process handed out (HTTP and NC
 _CURSOR: list[int] = []  # where this process's next block is looked for
 
 
+def _share() -> tuple[int, int]:
+    """This pytest run's share of the ports, from LLMOPS_TEST_PORT_SHARE=K/N (the K-th of N,
+    from 0): runs side by side (.ci/run's integration beside e2e) each take their own share, so
+    their xdist workers gw0, gw1 ... never hand out the same ports. 0/1 (all of them) without it."""
+    text = os.environ.get("LLMOPS_TEST_PORT_SHARE", "") or "0/1"
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise RuntimeError(f"LLMOPS_TEST_PORT_SHARE={text!r}: expected K/N, e.g. 1/2") from None
+    if not 0 <= index < count:
+        raise RuntimeError(f"LLMOPS_TEST_PORT_SHARE={text!r}: K must be 0 to N - 1")
+    return index, count
+
+
 def _worker_span() -> tuple[int, int]:
-    """This pytest-xdist worker's own slice of the ports below the ephemeral range: the workers
-    of one run never hand out the same port (two random blocks did collide: a router's
-    Prometheus port on the next test's gpu1, "address already in use")."""
+    """This pytest-xdist worker's own slice of the ports below the ephemeral range, within this
+    run's share (_share): the workers of one run never hand out the same port (two random blocks
+    did collide: a router's Prometheus port on the next test's gpu1, "address already in use")."""
     low, _ = _ephemeral_range()
     top = max(low - 1, 10001)
+    share, shares = _share()
+    share_size = max((top - 10000) // shares, 1)
+    bottom = 10000 + share * share_size
     count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker[2:].isdigit() else 0
-    size = max((top - 10000) // count, 1)
-    return 10000 + index * size, 10000 + (index + 1) * size
+    size = max(share_size // count, 1)
+    return bottom + index * size, bottom + (index + 1) * size
 
 
 def free_port_block(count: int) -> int:

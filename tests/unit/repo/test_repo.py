@@ -145,7 +145,8 @@ def test_the_readmes_two_commands_say_what_they_run_and_how_long_they_took(repo_
     for playbook in re.findall(r"playbooks/(\w+\.yml)", _make_target(makefile, "demo")):
         assert words[playbook] in demo_line.group(1), (playbook, demo_line.group(1))
     stages = {"lint": "lint", "unit": "unit tests", "integration": "integration tests", "molecule": "molecule",
-              "build": "collection build", "sanity": "sanity", "test-newcore": "newest ansible-core"}
+              "build": "collection build", "sanity": "sanity", "unit-newcore": "newest ansible-core",
+              "integration-newcore": "newest ansible-core", "sanity-newcore": "newest ansible-core"}
     recipe = _make_target(makefile, "test")
     for target, said in stages.items():
         assert re.search(rf"\b{re.escape(target)}\b", recipe), target

@@ -43,3 +43,22 @@ def test_the_lines_make_a_step_table_with_each_stage_and_the_group() -> None:
     assert "lint (side by side)" in names and "sanity (side by side)" in names and "build" not in names
     assert "lint + sanity (together)" in names
     assert dict(table)["integration"] == 10.0
+
+
+def test_each_durations_row_goes_to_the_stage_its_prefix_names(tmp_path) -> None:
+    log = tmp_path / "run-1.log"
+    log.write_text("\n".join([
+        "[   0.5] .venv/bin/python -m venv .venv",
+        "[   1.0] [unit] 1.50s call     tests/unit/x.py::test_a",
+        "[   2.0] [integration] LLMOPS_TEST_PORT_SHARE=0/3 pytest -q -n 3 -m \"not e2e\" tests/integration",
+        "[   3.0] [e2e] 4.00s call     tests/integration/test_tune.py::test_b",
+        "[   4.0] [integration] 2.00s setup    tests/integration/test_deploy.py::test_c",
+        "[   5.0] [fleet] 3.00s call     tests/fleet/test_fleet_rollout.py::test_d",
+        "[   6.0] [newcore] 0.50s call     tests/unit/y.py::test_e",
+        "[   7.0] [sanity] 0.25s call     not/a/test.py::test_f",
+    ]) + "\n")
+    rows = {(step, test) for step, test, _, _ in ci_timed.durations(str(log))}
+    assert rows == {("unit", "tests/unit/x.py::test_a"), ("e2e", "tests/integration/test_tune.py::test_b"),
+                    ("integration", "tests/integration/test_deploy.py::test_c"),
+                    ("fleet-test", "tests/fleet/test_fleet_rollout.py::test_d"),
+                    ("test-newcore", "tests/unit/y.py::test_e"), ("sanity", "not/a/test.py::test_f")}
