@@ -23,7 +23,8 @@ option in the module's DOCUMENTATION (with its doc fragments). From those this w
 - ``plugins/module_utils/_shared/argspecs.py``: the argument spec of every other module that runs on
   a host, from its DOCUMENTATION (``modulespec.argument_spec``).
 - each role README's variables table (``tools/gen_role_readme.py``), docs/fleet.md's tables of the
-  rollout guard's checks and thresholds (``plugin_utils/_guard.py`` CHECKS and THRESHOLDS) and
+  rollout guard's checks and thresholds (``plugin_utils/_guard.py`` CHECKS and THRESHOLDS), docs/planning.md's
+  table of the storage tier's keys (``plugin_utils/_plan/storage.py`` OPTIONS) and
   docs/planning.md's table of profile keys (``plugin_utils/_plan/profileflags.py`` PROFILE_FLAGS), between
   ``<!-- BEGIN generated: <name> (tools/gen_declared.py) -->`` and ``<!-- END generated -->``.
 """
@@ -282,8 +283,17 @@ def _profile_keys_table() -> dict[str, list[str]]:
     return {"profile keys": rows}
 
 
+def _storage_keys_table() -> dict[str, list[str]]:
+    """docs/planning.md's table of sglang_hicache_storage's keys, from plugin_utils/_plan/storage.py's OPTIONS."""
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import OPTIONS
+
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{key}` | {_flow(option.default)} | {option.meaning} |" for key, option in OPTIONS.items()]
+    return {"storage keys": rows}
+
+
 def with_markdown_tables(text: str) -> str:
-    tables = {**_guard_tables(), **_profile_keys_table()}
+    tables = {**_guard_tables(), **_profile_keys_table(), **_storage_keys_table()}
 
     def table(m: re.Match[str]) -> str:
         if m["what"] not in tables:

@@ -23,6 +23,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.engine import engine_archive
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.modelconfig import load_slurped_config
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.server import server_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import storage_request
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.summary import plan_summary
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import read_inputs
 from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import documented_args
@@ -51,11 +52,16 @@ class ActionModule(ActionBase):
         base_dir = str(inputs.request.get("base_dir") or "")
         modules_run: list[str] = []
         model_path = str(inputs.request.get("model_path") or "")
+        try:  # the storage tier's folder: its file system is read with the host
+            storage = storage_request(inputs.request.get("hicache_storage"), base_dir)
+        except PlanError as exc:
+            raise AnsibleActionFail(str(exc)) from None
         # one module run reads the host: its facts, the deployment under base_dir (its processes
-        # and its manifest) and the model's config.json
+        # and its manifest), the model's config.json and the storage tier's file system
         facts = self._module("llmops.sglang.host_facts", modules_run, task_vars,
                              declared_gpus=inputs.settings.get("declared_gpus") or [], deployment_dir=base_dir,
-                             **({"model_path": model_path} if model_path else {}))
+                             **({"model_path": model_path} if model_path else {}),
+                             **({"storage_paths": [storage.root]} if storage else {}))
         host_facts = facts["ansible_facts"]["sglang_host"]
         try:
             config = self._model_config(model_path, facts.get("model_config"))

@@ -317,7 +317,9 @@ ansible_facts:
               C(checked_at) (the path or its nearest existing parent), C(mount_point), C(fstype),
               C(source), C(total_bytes), C(free_bytes) (what an unprivileged writer may still use),
               C(network) (NFS, CIFS, Lustre, CephFS, ... - shared by hosts), C(memory) (tmpfs - taken
-              from host RAM) and C(rotational) (a spinning disk; null where it is no block device).
+              from host RAM), C(rotational) (a spinning disk; null where it is no block device) and
+              C(used_bytes) (the files under the path itself added up, 0 where it does not exist - what a
+              disk-backed cache tier there already holds).
           type: list
           elements: dict
           returned: when O(storage_paths) is not empty
@@ -332,6 +334,7 @@ ansible_facts:
               network: false
               memory: false
               rotational: false
+              used_bytes: 0
         service_manager:
           description: V(systemd) when PID 1 is systemd and C(/run/systemd/system) exists, else V(process).
           type: str

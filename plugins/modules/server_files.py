@@ -31,7 +31,9 @@ options:
     description:
       - One per instance, from the plan - name, gpu_ids, argv, env, env_secrets (names of the
         variables of O(secret_env) it gets), secrets (whether it gets the API key), and paths
-        (dir, log_file, env_file, launch_script, secrets_file) - the plan's instances as they are.
+        (dir, log_file, env_file, launch_script, secrets_file), and storage_dir (the folder of its
+        HiCache storage tier's pages, created with the owner and mode 0750 when the plan has one) - the
+        plan's instances as they are.
     type: list
     elements: dict
     default: []

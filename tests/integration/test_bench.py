@@ -138,7 +138,8 @@ def _bench_killing_gpu1(dep: Deployment, reports: Path, **extra) -> tuple[Run, d
     try:
         # the deploy's warm-up (sglang_ready_warmup), the bench's warm-up + 8 level warm-up requests
         # done, and 2 measured ones
-        assert _wait_for(lambda: _metric(urls["gpu1"], "num_requests_total") >= 12, 120.0), "gpu1 never swept"
+        # a bound against a hang, not a timing: .ci/run runs its playbook stages side by side
+        assert _wait_for(lambda: _metric(urls["gpu1"], "num_requests_total") >= 12, 600.0), "gpu1 never swept"
         _kill_group(pids["gpu1"])
     finally:
         run = dep.finish(proc)
@@ -200,13 +201,13 @@ def test_ctrl_c_stops_parallel_sweeps_at_once(tmp_path: Path) -> None:
         proc = dep.start("bench.yml", sglang_bench_parallel_instances=True, sglang_bench_concurrency=[4],
                          sglang_bench_requests=400, sglang_bench_max_tokens=1024, sglang_bench_level_warmup=False,
                          sglang_bench_reports_dir=str(tmp_path / "reports"))
-        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") >= 4 for u in urls), 120.0), "no sweep ran"
+        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") >= 4 for u in urls), 600.0), "no sweep ran"
         os.killpg(proc.pid, signal.SIGINT)
         interrupted = time.monotonic()
         run = dep.finish(proc, timeout=60)
         assert run.rc != 0 and "User interrupted execution" in run.out, run.out[-3000:]
-        assert _wait_for(lambda: not any(client_pids(p) for p in ports), 30.0), [client_pids(p) for p in ports]
-        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") == 0 for u in urls), 30.0)
+        assert _wait_for(lambda: not any(client_pids(p) for p in ports), 120.0), [client_pids(p) for p in ports]
+        assert _wait_for(lambda: all(_metric(u, "num_running_reqs") == 0 for u in urls), 120.0)
         # stopped at once, in the servers' own terms (load slows the stop, it cannot make the
         # servers finish requests that were never sent): far from the 400 requests a level would
         # have run, and nothing more arrives; the wall bound only guards against a hang
@@ -330,15 +331,18 @@ def test_a_remote_sweep_stops_when_its_controller_is_killed(tmp_path: Path) -> N
             host_progress[:] = list(Path("/tmp").glob(pattern))
             return bool(host_progress) and len(host_progress[0].read_text().splitlines()) >= 1
 
-        assert _wait_for(first_level_landed, 180.0, step=0.2), "no level finished"
+        # bounds, not timings: a loaded machine (run A1 of .ci/run, everything side by side beside a
+        # busy loop) took longer than 180 s from the bench's start to its first level's end
+        assert _wait_for(first_level_landed, 900.0, step=0.2), "no level finished"
         assert client_pids(port), "the sweep should be running its C=4 level"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        # bound: the heartbeat timeout (8 s) and a few polls of the watcher, far below the level's 30 s
-        assert _wait_for(lambda: not client_pids(port), 25.0), client_pids(port)
-        assert _wait_for(lambda: _metric(url, "num_running_reqs") == 0, 10.0)
+        # the heartbeat timeout (8 s) and a few polls of the watcher; what proves that the heartbeat
+        # stopped the level (not its own end) is the result below: its reason, 1 level finished, no C=4 line
+        assert _wait_for(lambda: not client_pids(port), 120.0), client_pids(port)
+        assert _wait_for(lambda: _metric(url, "num_running_reqs") == 0, 60.0)
         heartbeat = str(host_progress[0]).replace(".jsonl", ".heartbeat")
-        result = _job_result(heartbeat, 30.0)
+        result = _job_result(heartbeat, 120.0)
         assert result.get("failed") is True and "no heartbeat from the controller" in result["msg"], result
         assert "during C=4; levels finished: 1" in result["msg"]
         lines = [json.loads(line) for line in host_progress[0].read_text().splitlines()]

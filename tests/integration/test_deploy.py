@@ -233,10 +233,23 @@ def test_bad_profile_fails_on_the_controller_before_any_change(tmp_path: Path) -
     assert not dep.base.exists()
 
 
-def test_serial_start_policy_starts_instances_one_after_another(deployment: Deployment) -> None:
-    run = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial")
+def test_serial_start_policy_and_a_storage_tier_then_a_rerun_changes_nothing(deployment: Deployment) -> None:
+    """Instances started one after another; with HiCache's storage tier (issue 30): its folder per
+    instance made by server_files, its flags and variables from the plan, its arithmetic in
+    deployment.json; a re-run (the disk's free space moved) changes nothing."""
+    storage = {"backend": "file", "path": str(deployment.base / "kv"), "size_gb": 1, "reserve_gib": 0}
+    run = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial",
+                          sglang_hicache_storage=storage)
     assert run.rc == 0, run.out[-4000:]
     manifest = deployment.manifest()
+    tier = manifest["hicache_storage"]
+    assert tier["root"] == storage["path"] and set(tier["instances"]) == {"gpu0", "gpu1"}
+    for record in manifest["instances"]:
+        folder = deployment.base / "kv" / record["name"]
+        assert folder.is_dir() and record["argv"][-2:] == ["--hicache-storage-backend", "file"]
+        env = (deployment.base / record["name"] / "env").read_text()
+        assert f"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR={folder}" in env
+        assert "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE=1000000000" in env
     first, second = manifest["instances"]
     assert first["ready_at"] and second["ready_at"]
     assert first["ready_at"] <= second["ready_at"]
@@ -248,7 +261,9 @@ def test_serial_start_policy_starts_instances_one_after_another(deployment: Depl
     out = run.out
     assert out.index("Start the batch (gpu0)") < out.index("Wait until the batch answers") \
         < out.index("Start the batch (gpu1)")
-    again = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial")
+    (deployment.base / "kv" / "gpu0" / "page.bin").write_bytes(b"x" * 4096)  # the tier holds a page now
+    again = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial",
+                            sglang_hicache_storage=storage)
     assert again.rc == 0 and again.changed == 0, again.out[-3000:]
 
 

@@ -202,6 +202,8 @@ def write_instances(instances: list[Mapping[str, Any]], *, base_dir: str, profil
     for inst in instances:
         name, paths = str(inst["name"]), inst["paths"]
         writer.directory(paths["dir"], 0o750)
+        if inst.get("storage_dir"):  # HiCache's storage tier: its pages, written by the server's user
+            writer.directory(str(inst["storage_dir"]), 0o750)
         writer.touch(paths["log_file"], 0o600)
         env = {str(k): str(v) for k, v in (inst.get("env") or {}).items()}
         env.update({key: str(secret_env[key]) for key in inst.get("env_secrets") or [] if key in secret_env})

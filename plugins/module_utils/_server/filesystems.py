@@ -7,6 +7,7 @@ host-RAM tier is sized from the memory facts."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -106,6 +107,7 @@ class FileSystem:
     network: bool
     memory: bool
     rotational: bool | None
+    used_bytes: int  # the bytes of the files under the path itself (0 where it does not exist yet)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,8 +132,24 @@ def filesystem_facts(paths: Iterable[str], mountinfo_text: str, sys_root: str = 
             free_bytes=st.f_bavail * st.f_frsize, network=fstype in NETWORK_TYPES, memory=fstype in MEMORY_TYPES,
             rotational=rotational(mount.device, sys_root) if mount and fstype not in NETWORK_TYPES | MEMORY_TYPES
             else None,
+            used_bytes=tree_bytes(path),
         ).to_dict())
     return out
+
+
+def tree_bytes(path: str) -> int:
+    """The sizes of the regular files under ``path`` added up (links not followed; 0 where the
+    path does not exist): what a disk-backed cache tier already holds there, room it may reuse."""
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:  # removed while walking (a cache evicting)
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
 
 
 def read_mountinfo_text(proc_root: str = "/proc") -> str:

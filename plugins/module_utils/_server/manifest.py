@@ -228,7 +228,19 @@ def reclaim_pinned(facts: dict[str, Any], previous: dict[str, Any] | None,
     mem["reclaimed_pinned_bytes"] = reclaimed
     size = hicache.get("size_gb")
     mem["running_hicache_size_gb"] = int(size) if count and isinstance(size, int) and size > 0 else None
+    out["hicache_storage_running"] = running_storage(previous, running)
     return out
+
+
+def running_storage(previous: dict[str, Any] | None, running: list[str] | None) -> dict[str, Any] | None:
+    """The storage tier the running instances were started with ({root, caps: {instance: bytes}}),
+    from the previous deployment.json; None where none of its instances with a tier runs. The plan
+    keeps their size while it fits, as it keeps the host tier's."""
+    tier = (previous or {}).get("hicache_storage") or {}
+    names = set(running or [])
+    caps = {str(name): int(item.get("cap_bytes") or 0) for name, item in (tier.get("instances") or {}).items()
+            if name in names and isinstance(item, dict)}
+    return {"root": tier.get("root"), "caps": caps} if caps else None
 
 
 def build(
@@ -257,6 +269,12 @@ def build(
     if (not any_started and prev_hicache and hicache
             and prev_hicache.get("size_gb") == hicache.get("size_gb")):
         hicache = prev_hicache
+    # the storage tier's arithmetic likewise (free space moves between runs): kept while no server
+    # restarted and every instance's cap is the same
+    storage = plan.get("hicache_storage")
+    prev_storage = (previous or {}).get("hicache_storage")
+    if not any_started and prev_storage and storage and _caps(prev_storage) == _caps(storage):
+        storage = prev_storage
     instances = []
     for inst in plan["instances"]:
         name = inst["name"]
@@ -299,8 +317,13 @@ def build(
         "base_dir": plan["base_dir"],
         "python": python,
         "hicache": hicache,
+        "hicache_storage": storage,
         "instances": instances,
     }
+
+
+def _caps(tier: dict[str, Any]) -> dict[str, Any]:
+    return {name: (item or {}).get("cap_bytes") for name, item in (tier.get("instances") or {}).items()}
 
 
 # --------------------------------------------------------------------------------------------

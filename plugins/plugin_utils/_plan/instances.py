@@ -25,6 +25,11 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profileflags i
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import resolve_profile
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import PlanRequest
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings, host_settings
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
+    StorageInstance,
+    mla_model,
+    storage_plan,
+)
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 
@@ -233,6 +238,9 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     st = host_settings(req, host, prof, traits, model, len(groups), warnings)
     instances = [build_instance(req, prof, st, traits, index, group, *port_pairs[index], warnings).to_dict()
                  for index, group in enumerate(groups)]
+    storage = storage_tier(req, host, st, traits, instances)
+    if storage:
+        warnings.extend(storage["warnings"])
     return {
         "release": req.release,
         "profile": req.profile,
@@ -245,8 +253,35 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
         "traits": traits,
         "instances": instances,
         "hicache": st.hicache,
+        "hicache_storage": storage,
         "warnings": warnings,
     }
+
+
+def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, traits: dict[str, Any],
+                 instances: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """HiCache's storage tier (sglang_hicache_storage, _plan/storage.py) of the host's instances, its
+    flags and variables added to each one's argv and environment; None without one."""
+    if req.hicache_storage is None:
+        return None
+    if not st.hicache_flags.get("enabled"):
+        raise PlanError(f"sglang_hicache_storage needs HiCache's host tier, which profile {req.profile!r} does not "
+                        "enable: choose a profile with hicache (hicache, mtp_hicache), or set "
+                        "sglang_hicache_storage: {}")
+    storage = storage_plan(
+        req.hicache_storage, filesystems=host.get("filesystems") or [], release=req.release, traits=traits,
+        instances=[StorageInstance(str(i["name"]), int(i["tp_size"]) // max(int(i.get("nnodes") or 1), 1))
+                   for i in instances],
+        mla=mla_model(req.model_config), running=host.get("hicache_storage_running"))
+    for inst in instances:
+        given = sorted({word.split("=", 1)[0] for word in inst["argv"]} & set(storage["flags"][0::2]))
+        if given:
+            raise PlanError(f"sglang_extra_args sets {', '.join(given)}, which sglang_hicache_storage renders: "
+                            "remove it from sglang_extra_args (or set sglang_hicache_storage: {})")
+        inst["argv"] = [*inst["argv"], *storage["flags"]]
+        inst["env"] = {**inst["env"], **storage["instances"][inst["name"]]["env"]}
+        inst["storage_dir"] = storage["instances"][inst["name"]]["dir"]
+    return storage
 
 
 def instance_plan(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:

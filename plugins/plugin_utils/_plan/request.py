@@ -21,6 +21,10 @@ from ansible_collections.llmops.sglang.plugins.module_utils._shared.models impor
 from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import DEFAULT_RELEASE
 from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, render
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
+    StorageRequest,
+    storage_request,
+)
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.taskvars import (
     DERIVED,
     REQUEST_VARIABLES,
@@ -85,6 +89,7 @@ class PlanRequest:
     hicache_size_gb: int | None = None  # None: the profile's size (sized from the facts)
     hicache_fraction: float = _declared("hicache_fraction")
     hicache_reserve_gib: float = _declared("hicache_reserve_gib")
+    hicache_storage: StorageRequest | None = None  # None: no storage tier (sglang_hicache_storage {})
     extra_args: list[tuple[str, list[str] | None]] = field(default_factory=list)
     user_profiles: dict[str, Any] = field(default_factory=dict)
     force_busy: bool = False
@@ -113,6 +118,7 @@ class PlanRequest:
     def from_kwargs(cls, **kwargs: Any) -> PlanRequest:
         """Check every input at once; one PlanError lists every problem found."""
         checker = _Checker(kwargs)
+        base_dir = checker.text("base_dir") or declared("base_dir")
         req = cls(
             profile=checker.text("profile", required=True) or "",
             model_path=checker.text("model_path", required=True) or "",
@@ -126,11 +132,12 @@ class PlanRequest:
                                                 auto="0 = sglang_base_port + 1000"),
             host_address=checker.text("host_address") or declared("host_address"),
             advertise_address=checker.text("advertise_address"),
-            base_dir=checker.text("base_dir") or declared("base_dir"),
+            base_dir=base_dir,
             hicache_size_gb=checker.auto_integer("hicache_size_gb", low=1, auto="0 = sized from the host's facts"),
             hicache_fraction=checker.number("hicache_fraction", default=declared("hicache_fraction"), low=0.0, high=1.0,
                                             low_open=True),
             hicache_reserve_gib=checker.number("hicache_reserve_gib", default=declared("hicache_reserve_gib"), low=0.0),
+            hicache_storage=checker.storage("hicache_storage", base_dir),
             extra_args=checker.extra_args("extra_args"),
             user_profiles=checker.mapping("user_profiles") or {},
             force_busy=checker.boolean("force_busy"),
@@ -179,6 +186,14 @@ class _Checker:
             self._bad(key, value, "must be a string")
             return None
         return str(value)
+
+    def storage(self, key: str, base_dir: str) -> StorageRequest | None:
+        """sglang_hicache_storage, checked by the storage tier's own rules (_plan/storage.py)."""
+        try:
+            return storage_request(self.kwargs.get(key), base_dir)
+        except PlanError as exc:
+            self.problems.append(str(exc))
+            return None
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
         value = self.text(key)

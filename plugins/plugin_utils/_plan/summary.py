@@ -84,6 +84,13 @@ def plan_summary(plan: Mapping[str, Any]) -> list[str]:
     if hicache.get("size_gb"):
         lines.append(f"  HiCache: {hicache['size_gb']} GB host pool per rank ({hicache.get('limited_by', '?')} "
                      f"limits the host: {(hicache.get('reasoning') or [''])[-1]})")
+    storage = plan.get("hicache_storage") or {}
+    if storage:
+        fs = storage.get("filesystem") or {}
+        caps = sorted({int(item.get("cap_bytes") or 0) for item in (storage.get("instances") or {}).values()})
+        each = " / ".join(f"{cap / 1e9:.2f} GB" for cap in caps)
+        lines.append(f"  HiCache storage: {storage.get('backend')} in {storage.get('root')}/<instance>, {each} per "
+                     f"instance ({fs.get('fstype')} at {fs.get('mount_point')}: {(storage.get('reasoning') or [''])[-1]})")
     counts: dict[str, int] = {}
     for inst in instances:
         name = str(inst.get("name"))

@@ -208,6 +208,24 @@ def test_manifest_keeps_the_hicache_arithmetic_while_servers_keep_running() -> N
     assert third["hicache"]["available_bytes"] == 2
 
 
+def test_manifest_keeps_the_storage_arithmetic_while_servers_keep_running_with_the_same_caps() -> None:
+    tier = {"root": "/kv", "instances": {"gpu0": {"cap_bytes": 5}, "gpu1": {"cap_bytes": 5}}, "reasoning": ["free 1"]}
+    first = _manifest.build(host="h", plan=dict(PLAN, hicache_storage=tier), engine="sim", service_manager="process",
+                            services={"gpu0": {"started": True}}, ready={})
+    assert first["hicache_storage"] == tier
+    moved = dict(tier, reasoning=["free 2"])  # free space moved, the same caps: the first arithmetic stays
+    assert _manifest.build(host="h", plan=dict(PLAN, hicache_storage=moved), engine="sim", service_manager="process",
+                           services={}, ready={}, previous=first)["hicache_storage"] == tier
+    resized = dict(tier, instances={"gpu0": {"cap_bytes": 4}, "gpu1": {"cap_bytes": 4}})
+    assert _manifest.build(host="h", plan=dict(PLAN, hicache_storage=resized), engine="sim",
+                           service_manager="process", services={}, ready={}, previous=first)["hicache_storage"] == resized
+    # what a re-plan keeps: the caps of the instances that still run
+    assert _manifest.running_storage(first, ["gpu1"]) == {"root": "/kv", "caps": {"gpu1": 5}}
+    assert _manifest.running_storage(first, []) is None and _manifest.running_storage({}, ["gpu0"]) is None
+    facts = {"memory": {"available_bytes": 100}, "gpus": []}
+    assert _manifest.reclaim_pinned(facts, first, ["gpu0"])["hicache_storage_running"]["caps"] == {"gpu0": 5}
+
+
 def test_status_and_sweep_read_the_same_limit_from_server_info(fixtures_dir) -> None:
     """One reader of /server_info (_serverinfo): status reports the limit the scheduler applies,
     as the sweep's snapshots do, from the recorded real 0.5.17 answer."""

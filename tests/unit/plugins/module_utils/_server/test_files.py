@@ -68,6 +68,19 @@ def test_drift_restarts_only_that_instance_and_check_mode_writes_nothing(tmp_pat
     assert fixed.restart == [] and fixed.changed == [str(base / "gpu0" / "launch.sh")]
 
 
+def test_the_storage_tiers_folder_is_made_once_and_restarts_nothing(tmp_path: Path) -> None:
+    base = tmp_path / "sglang"
+    insts = [dict(_inst(base, "gpu0"), storage_dir=str(tmp_path / "kv" / "gpu0")), _inst(base, "gpu1")]
+    _write(base, insts, check=True)
+    assert not (tmp_path / "kv").exists()  # check mode makes nothing
+    _write(base, insts)
+    folder = tmp_path / "kv" / "gpu0"
+    assert folder.is_dir() and oct(folder.stat().st_mode & 0o777) == "0o750"
+    (folder / "page.bin").write_bytes(b"kv")  # the server's pages stay
+    again = _write(base, insts)
+    assert again.restart == [] and again.changed == [] and (folder / "page.bin").exists()
+
+
 def test_log_is_created_once_and_never_touched(tmp_path: Path) -> None:
     base = tmp_path / "sglang"
     _write(base, [_inst(base, "gpu0")])

@@ -79,6 +79,22 @@ def test_facts_of_paths_from_statvfs_and_the_mount(tmp_path: Path) -> None:
     assert first["total_bytes"] == st.f_blocks * st.f_frsize and 0 <= first["free_bytes"] <= first["total_bytes"]
     local = fs.filesystem_facts([str(real)], "27 1 259:2 / / rw - tmpfs tmpfs rw\n")[0]
     assert local["memory"] is True and local["network"] is False and local["rotational"] is None
+    assert first["used_bytes"] == 0 and local["used_bytes"] == 0  # nothing there yet
+
+
+def test_used_bytes_adds_up_the_files_under_the_path_not_what_links_point_to(tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    (tier / "gpu0").mkdir(parents=True)
+    (tier / "gpu0" / "a.bin").write_bytes(b"x" * 4096)
+    (tier / "b.bin").write_bytes(b"y" * 100)
+    outside = tmp_path / "big"
+    outside.write_bytes(b"z" * 10000)
+    (tier / "link").symlink_to(outside)
+    (tier / "dirlink").symlink_to(tmp_path)
+    assert fs.tree_bytes(str(tier)) == 4196
+    assert fs.tree_bytes(str(tmp_path / "missing")) == 0
+    (found,) = fs.filesystem_facts([str(tier)], "27 1 259:2 / / rw - ext4 /dev/root rw\n", str(tmp_path / "nosys"))
+    assert found["used_bytes"] == 4196
 
 
 def test_an_unreadable_mountinfo_is_named(tmp_path: Path) -> None:

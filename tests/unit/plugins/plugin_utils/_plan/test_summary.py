@@ -69,3 +69,14 @@ def test_the_hicache_size_and_why_are_one_line() -> None:
     plan = _plan([_inst("gpu0", 30000)], None, [])
     plan["hicache"] = {"size_gb": 40, "limited_by": "cgroup", "reasoning": ["...", "size 40 GB: pins 43 GB per rank"]}
     assert "  HiCache: 40 GB host pool per rank (cgroup limits the host: size 40 GB: pins 43 GB per rank)" in plan_summary(plan)
+
+
+def test_the_storage_tier_its_folder_and_each_instances_cap_are_one_line() -> None:
+    plan = _plan([_inst("gpu0", 30000)], None, [])
+    plan["hicache_storage"] = {"backend": "file", "root": "/data/kv", "instances": {"gpu0": {"cap_bytes": 250 * 10**9}},
+                               "filesystem": {"fstype": "xfs", "mount_point": "/data"},
+                               "reasoning": ["...", "the tier may hold 250.00 GB on this host"]}
+    assert ("  HiCache storage: file in /data/kv/<instance>, 250.00 GB per instance (xfs at /data: the tier may "
+            "hold 250.00 GB on this host)") in plan_summary(plan)
+    plan["hicache_storage"] = None
+    assert not any("HiCache storage" in line for line in plan_summary(plan))

@@ -1,0 +1,260 @@
+# Copyright: llmops.sglang contributors
+# Apache-2.0 (see LICENSE)
+"""HiCache's storage tier (L3, ``--hicache-storage-backend``): the folder of each instance's pages
+and the bytes they may take, sized from the facts of the file system they live on (host_facts'
+``storage_paths`` -> ``filesystems``) as the host tier is sized from the memory facts, and the
+flags and variables the pinned release reads for it.
+
+    usable = free + what the tier already holds there - what staging still writes there - reserve
+    budget = usable x fraction           (or size_gb x instances, refused when it is over usable)
+    each instance: budget / instances;   each storage-owning rank's cap: that / its TP ranks
+
+SGLang 0.5.17's file backend caps each storage-owning rank on its own (every TP rank of a model
+without MLA writes files of its own; rank 0 alone for an MLA model), evicts the least recently
+used pages down to the cap, and keeps ``min_free_space`` free on the file system: the plan gives
+it the reserve, so the file system keeps it at run time too. 0.5.10's file backend has no cap at
+all (its folder grows until the disk is full): refused.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import GB, GIB, PlanError, gb
+
+MIN_INSTANCE_BYTES = GB  # less than this per instance caches too few pages to be worth the writes
+BACKENDS = ("file",)
+DEFAULT_FOLDER = "hicache-storage"  # under sglang_base_dir, when no path is given
+# what the plan (and deployment.json) keeps of the file system's facts
+FILESYSTEM_KEYS = ("mount_point", "fstype", "source", "network", "rotational", "total_bytes", "free_bytes",
+                   "used_bytes")
+
+
+@dataclass(frozen=True)
+class StorageOption:
+    """A key of ``sglang_hicache_storage``: its default and what it means (docs/planning.md's table of
+    the keys is written from these: ``make generated``)."""
+    default: Any
+    meaning: str
+
+
+# ``sglang_hicache_storage``: {} (the default) leaves the tier off; a dict with `backend` turns it on,
+# every other key optional. Adding a key is a row here and the code that reads it.
+OPTIONS: dict[str, StorageOption] = {
+    "backend": StorageOption("", "the storage backend: `file` (pages in a folder per instance; SGLang 0.5.17 or "
+                                 "later, whose file backend can be capped); empty: no storage tier"),
+    "path": StorageOption("", "the folder that holds each instance's folder of pages (`<path>/<instance>`); "
+                              f"empty: `<sglang_base_dir>/{DEFAULT_FOLDER}`. Its file system is the one sized"),
+    "size_gb": StorageOption(0, "decimal GB of pages per instance; 0: sized from the file system's facts. One "
+                                "that does not fit is refused with the largest that does"),
+    "fraction": StorageOption(0.5, "share of the usable space (free + the tier's own pages - what staging still "
+                                   "writes there - reserve) the instances' caps add up to"),
+    "reserve_gib": StorageOption(50, "GiB kept free on the file system: left out of the sizing, and given to the "
+                                     "release as its free-space floor (it evicts pages to keep it)"),
+    "prefetch_policy": StorageOption("", "`--hicache-storage-prefetch-policy` (`best_effort`, `wait_complete`, "
+                                         "`timeout`); empty: the release's default. The write policy, which "
+                                         "decides what reaches the tier, is the profile's `hicache.write_policy`"),
+}
+
+
+@dataclass(frozen=True)
+class StorageRequest:
+    """The storage tier the user asked for (the role's ``sglang_hicache_storage``, checked by
+    ``storage_request``); every default is OPTIONS'."""
+
+    backend: str  # "file"
+    root: str  # the folder that holds one folder of pages per instance
+    size_gb: float = OPTIONS["size_gb"].default  # decimal GB per instance; 0: sized from the file system
+    fraction: float = OPTIONS["fraction"].default  # of the usable space
+    reserve_gib: float = OPTIONS["reserve_gib"].default  # kept free (also the release's free-space floor)
+    prefetch_policy: str = OPTIONS["prefetch_policy"].default  # --hicache-storage-prefetch-policy
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise PlanError(f"sglang_hicache_storage.{key}={value!r}: must be a number (default "
+                        f"{OPTIONS[key].default!r})")
+    try:
+        return float(value)
+    except ValueError:
+        raise PlanError(f"sglang_hicache_storage.{key}={value!r}: must be a number (default "
+                        f"{OPTIONS[key].default!r})") from None
+
+
+def storage_request(value: Any, base_dir: str) -> StorageRequest | None:
+    """The checked ``sglang_hicache_storage``: None where it leaves the tier off ({} or no backend);
+    every key and value checked, each problem naming the key, the value and what it takes."""
+    if value in (None, "", {}):
+        return None
+    if not isinstance(value, Mapping):
+        raise PlanError(f"sglang_hicache_storage={value!r}: must be a dict (its keys: {', '.join(OPTIONS)}), or {{}} "
+                        "for no storage tier")
+    unknown = sorted(set(map(str, value)) - set(OPTIONS))
+    if unknown:
+        raise PlanError(f"sglang_hicache_storage: unknown key(s) {', '.join(unknown)}; the keys are "
+                        f"{', '.join(OPTIONS)}")
+    backend = str(value.get("backend") or "")
+    if not backend:
+        return None
+    if backend not in BACKENDS:
+        raise PlanError(f"sglang_hicache_storage.backend={backend!r}: this collection renders {', '.join(BACKENDS)} "
+                        "(empty: no storage tier)")
+    texts = {key: value.get(key, OPTIONS[key].default) for key in ("path", "prefetch_policy")}
+    for key, text in texts.items():
+        if not isinstance(text, str):
+            raise PlanError(f"sglang_hicache_storage.{key}={text!r}: must be a string")
+    root = texts["path"] or f"{base_dir.rstrip('/')}/{DEFAULT_FOLDER}"
+    return StorageRequest(
+        backend=backend, root=root,
+        **{key: _number(key, value.get(key, OPTIONS[key].default)) for key in ("size_gb", "fraction", "reserve_gib")},
+        prefetch_policy=texts["prefetch_policy"])
+
+
+@dataclass(frozen=True)
+class StorageInstance:
+    name: str
+    tp_size: int
+
+
+def _filesystem(root: str, filesystems: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    for facts in filesystems:
+        if facts.get("path") == root:
+            return facts
+    raise PlanError(f"no file system facts for the storage tier's folder {root}: gather llmops.sglang.host_facts "
+                    f"with storage_paths including {root} first")
+
+
+def _file_traits(release: str, traits: Mapping[str, Any], backend: str) -> Mapping[str, Any]:
+    tiers = traits.get("hicache_storage") or {}
+    found = tiers.get(backend)
+    if not isinstance(found, Mapping):
+        known = ", ".join(sorted(tiers)) or "none"
+        raise PlanError(f"sglang_hicache_storage.backend={backend!r}: release {release} has no storage backend of "
+                        f"that name that this collection renders (known: {known})")
+    if not found.get("max_size_env"):
+        raise PlanError(f"sglang_hicache_storage on release {release}: its {backend} backend has no size cap (no "
+                        "eviction: the folder grows until the disk is full); pin sglang_release 0.5.17 or later, "
+                        "or leave the storage tier off")
+    return found
+
+
+def _checked(request: StorageRequest, instances: Sequence[StorageInstance]) -> None:
+    if not instances:
+        raise PlanError("sglang_hicache_storage: no instance to give a storage tier to")
+    if not 0 < request.fraction <= 1:
+        raise PlanError(f"sglang_hicache_storage.fraction={request.fraction}: must be in (0, 1]")
+    if request.reserve_gib < 0:
+        raise PlanError(f"sglang_hicache_storage.reserve_gib={request.reserve_gib}: must not be negative")
+    if request.size_gb < 0:
+        raise PlanError(f"sglang_hicache_storage.size_gb={request.size_gb}: must not be negative (0: sized from "
+                        "the file system)")
+    if not request.root.startswith("/"):
+        raise PlanError(f"sglang_hicache_storage.path={request.root!r}: must be an absolute folder")
+
+
+def _per_instance(request: StorageRequest, usable: int, count: int, where: str,
+                  keep: int | None = None) -> tuple[int, str]:
+    """Each instance's bytes and how they were chosen, or PlanError naming the numbers and the fix.
+    ``keep``: the bytes the running instances were started with, kept while they still fit the
+    usable space (the fraction is the target for new sizes, not a reason to restart servers: free
+    space moves between runs as logs and pages are written)."""
+    if request.size_gb:
+        each = int(request.size_gb * GB)
+        if each * count > usable:
+            largest = usable // count // GB if usable > 0 else 0
+            raise PlanError(
+                f"sglang_hicache_storage.size_gb={request.size_gb:g} does not fit {where}: {count} instance(s) x "
+                f"{gb(each)} = {gb(each * count)} > {gb(max(usable, 0))} usable; the largest that fits is "
+                f"{largest} GB (or 0, to size it from the file system)")
+        return each, f"explicit size {request.size_gb:g} GB per instance"
+    if keep and keep * count <= usable:
+        return keep, (f"kept {gb(keep)}, what the running instances were started with: {count} x it still fits "
+                      f"the {gb(usable)} usable (stop them, or set size_gb, to resize)")
+    each = int(max(usable, 0) * request.fraction) // count
+    return each, f"({gb(max(usable, 0))} usable) x {request.fraction:g} / {count} instance(s)"
+
+
+def mla_model(config: Mapping[str, Any] | None) -> bool:
+    """A model with multi-head latent attention (DeepSeek V2/V3, Kimi K2: ``kv_lora_rank`` in its
+    config.json, or in its text_config): its TP ranks share one set of page files, rank 0 owns them."""
+    config = config or {}
+    inner = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
+    return bool(config.get("kv_lora_rank") or inner.get("kv_lora_rank"))
+
+
+def _kept(running: Mapping[str, Any] | None, root: str, instances: Sequence[StorageInstance]) -> int | None:
+    """The per-instance bytes to keep: one size every planned instance runs with, in the same folder."""
+    if not running or running.get("root") != root:
+        return None
+    caps = {int(running["caps"].get(i.name) or 0) for i in instances}
+    if len(caps) != 1:
+        return None
+    (cap,) = caps
+    return cap or None
+
+
+def storage_plan(request: StorageRequest, *, instances: Sequence[StorageInstance],
+                 filesystems: Sequence[Mapping[str, Any]], release: str, traits: Mapping[str, Any],
+                 mla: bool, pending_bytes: int = 0, running: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The storage tier of a host's instances: each one's folder, cap and variables, the flags,
+    the arithmetic (``reasoning``, for deployment.json) and warnings. ``pending_bytes``: what
+    model staging still has to write on the same file system (it comes first). ``running``: the
+    running instances' tier as deployment.json records it ({root, caps: {instance: bytes}}, from
+    module_utils/_server/manifest.py ``running_storage``): its size is kept while it fits."""
+    _checked(request, instances)
+    file_traits = _file_traits(release, traits, request.backend)
+    facts = _filesystem(request.root, filesystems)
+    where = f"{request.root} ({facts.get('fstype')} at {facts.get('mount_point')})"
+    if facts.get("memory"):
+        raise PlanError(f"sglang_hicache_storage.path={request.root} is on {facts.get('fstype')}, which is host "
+                        "memory, already what the host tier is sized from: give a folder on a disk")
+    free, held = int(facts.get("free_bytes") or 0), int(facts.get("used_bytes") or 0)
+    reserve = int(round(request.reserve_gib * GIB))
+    usable = free + held - int(pending_bytes) - reserve
+    count = len(instances)
+    each, chosen = _per_instance(request, usable, count, where, _kept(running, request.root, instances))
+    if each < MIN_INSTANCE_BYTES:
+        raise PlanError(
+            f"sglang_hicache_storage: {where} leaves {gb(each)} per instance ({chosen}), under the "
+            f"{gb(MIN_INSTANCE_BYTES)} a tier needs: free space there, lower reserve_gib "
+            f"({request.reserve_gib:g} GiB), or give a path on a larger file system")
+    reasoning = [
+        f"file system of {request.root}: {facts.get('fstype')} at {facts.get('mount_point')}, {gb(free)} free, "
+        f"{gb(held)} held by the tier already (reusable)",
+        f"usable: {gb(free)} free + {gb(held)} held - {gb(pending_bytes)} still to stage there - reserve "
+        f"{request.reserve_gib:g} GiB = {gb(usable)}",
+        f"each instance: {chosen} = {gb(each)}",
+    ]
+    planned: dict[str, dict[str, Any]] = {}
+    for instance in instances:
+        owners = 1 if mla else instance.tp_size
+        rank_cap = each // owners
+        folder = f"{request.root.rstrip('/')}/{instance.name}"
+        env = {str(file_traits["dir_env"]): folder, str(file_traits["max_size_env"]): str(rank_cap)}
+        if file_traits.get("min_free_env"):
+            env[str(file_traits["min_free_env"])] = str(reserve)
+        planned[instance.name] = {"dir": folder, "cap_bytes": rank_cap * owners, "rank_cap_bytes": rank_cap,
+                                  "owners": owners, "env": env}
+        reasoning.append(f"{instance.name}: {owners} rank(s) owning pages "
+                         f"({'MLA: rank 0 alone' if mla else f'TP {instance.tp_size}: each rank its own files'})"
+                         f", each capped at {gb(rank_cap)}")
+    flags = ["--hicache-storage-backend", request.backend]
+    if request.prefetch_policy:
+        flags += ["--hicache-storage-prefetch-policy", request.prefetch_policy]
+    warnings = []
+    if facts.get("network"):
+        warnings.append(f"the storage tier is on a network file system ({facts.get('fstype')}): every page written "
+                        "and prefetched crosses the network; each instance keeps a folder of its own")
+    if facts.get("rotational"):
+        warnings.append(f"the storage tier is on a spinning disk ({facts.get('source')}): prefetching pages from it "
+                        "may be slower than computing them again")
+    total = sum(item["cap_bytes"] for item in planned.values())
+    return {
+        "backend": request.backend, "root": request.root, "instances": planned, "flags": flags,
+        "filesystem": {key: facts.get(key) for key in FILESYSTEM_KEYS},
+        "usable_bytes": usable, "reserve_bytes": reserve, "cap_bytes_total": total,
+        "reasoning": reasoning + [f"the tier may hold {gb(total)} on this host; {gb(max(usable - total, 0))} of the "
+                                  "usable space stays free"],
+        "warnings": warnings,
+    }

@@ -1,0 +1,83 @@
+"""The storage tier in a host's plan (_plan/instances.py ``storage_tier``; the sizing is
+test_storage.py's): rendered into each instance's argv and environment, checked against the release's
+flags, refused where the profile has no host tier or extra_args sets its flags."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
+    PlanError,
+    instance_plan,
+    validate_plan,
+)
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import GIB
+
+ROOT = "/opt/sglang/hicache-storage"
+
+
+def _with_disk(facts: dict[str, Any], free: int = 2050 * GIB, **over: Any) -> dict[str, Any]:
+    out = copy.deepcopy(facts)
+    out["filesystems"] = [{"path": ROOT, "checked_at": "/", "mount_point": "/", "fstype": "ext4", "source": "/dev/sda1",
+                           "total_bytes": 4000 * GIB, "free_bytes": free, "used_bytes": 0, "network": False,
+                           "memory": False, "rotational": False, **over}]
+    return out
+
+
+def _plan(facts: dict[str, Any], configs: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    kwargs.setdefault("profile", "mtp_hicache")
+    kwargs.setdefault("release", "0.5.17")
+    return instance_plan(facts, model_path="/models/hybrid", model_config=configs["hybrid"], base_dir="/opt/sglang",
+                         **kwargs)
+
+
+def test_each_instance_gets_its_folder_its_cap_and_the_release_flags(h200x2_facts: dict[str, Any],
+                                                                     configs: dict[str, Any]) -> None:
+    plan = _plan(_with_disk(h200x2_facts), configs, hicache_storage={"backend": "file",
+                                                                     "prefetch_policy": "wait_complete"})
+    tier = plan["hicache_storage"]
+    each = int((2050 - 50) * GIB * 0.5) // 2
+    for inst in plan["instances"]:
+        assert inst["argv"][-4:] == ["--hicache-storage-backend", "file", "--hicache-storage-prefetch-policy",
+                                     "wait_complete"]
+        assert inst["env"]["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == f"{ROOT}/{inst['name']}"
+        assert inst["env"]["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] == str(each)  # TP 1: one rank owns its files
+    assert tier["cap_bytes_total"] == 2 * each and tier["reasoning"]
+    validate_plan(plan)  # the flags are 0.5.17's
+
+
+def test_without_the_tier_nothing_is_rendered(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
+    plan = _plan(_with_disk(h200x2_facts), configs, hicache_storage={})
+    assert plan["hicache_storage"] is None
+    assert not any("--hicache-storage-backend" in i["argv"] for i in plan["instances"])
+
+
+def test_a_warning_of_the_sizing_reaches_the_plans_warnings(h200x2_facts: dict[str, Any],
+                                                            configs: dict[str, Any]) -> None:
+    plan = _plan(_with_disk(h200x2_facts, fstype="nfs4", network=True), configs, hicache_storage={"backend": "file"})
+    assert any("network file system (nfs4)" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"profile": "mtp"}, "needs HiCache's host tier, which profile 'mtp' does not enable: choose a profile with hicache"),
+    ({"extra_args": {"hicache-storage-backend": "nixl"}},
+     "sglang_extra_args sets --hicache-storage-backend, which sglang_hicache_storage renders: remove it"),
+    ({"release": "0.5.10"}, "release 0.5.10: its file backend has no size cap"),
+    ({"hicache_storage": {"backend": "file", "sizes": 3}}, r"unknown key\(s\) sizes"),
+])
+def test_refused_before_anything_runs(h200x2_facts: dict[str, Any], configs: dict[str, Any], kwargs: dict[str, Any],
+                                      message: str) -> None:
+    kwargs.setdefault("hicache_storage", {"backend": "file"})
+    with pytest.raises(PlanError, match=message):
+        _plan(_with_disk(h200x2_facts), configs, **kwargs)
+
+
+def test_the_running_instances_cap_is_kept_by_a_rerun(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
+    first = _plan(_with_disk(h200x2_facts), configs, hicache_storage={"backend": "file"})
+    caps = {name: item["cap_bytes"] for name, item in first["hicache_storage"]["instances"].items()}
+    later_facts = _with_disk(h200x2_facts, free=2000 * GIB)
+    later_facts["hicache_storage_running"] = {"root": ROOT, "caps": caps}
+    again = _plan(later_facts, configs, hicache_storage={"backend": "file"})
+    assert [i["env"] for i in again["instances"]] == [i["env"] for i in first["instances"]]
