@@ -249,7 +249,8 @@ browser-test: setup
 # molecule on its instances, sanity and lint are mostly one process, the newest core's venv on pip,
 # then its ansible-facing tests and sanity) run side by side, each line prefixed with its stage
 # (tools/side_by_side.py); then integration, which keeps both cores busy (docs/DEVELOPING.md,
-# issue 27), beside the newest core's integration subset and TEST_BESIDE_INTEGRATION: more
+# issue 27), beside the newest core's integration subset and sanity (the group's longest stage
+# otherwise: its venv, unit tests and sanity one after another) and TEST_BESIDE_INTEGRATION: more
 # `NAME 'COMMAND'` pairs of side_by_side.py, empty here; .ci/run gives its e2e, browser and fleet
 # stages, so that on a machine shared with other work CI's playbook stages run as one group of
 # processes (each runnable process gets its share of the cores: docs/DEVELOPING.md, "Beside other
@@ -261,9 +262,9 @@ test: setup router
 	  unit '$(MAKE) --no-print-directory unit' \
 	  molecule '$(MAKE) --no-print-directory molecule' \
 	  sanity '$(MAKE) --no-print-directory build sanity' \
-	  newcore '$(MAKE) --no-print-directory unit-newcore sanity-newcore'
+	  newcore '$(MAKE) --no-print-directory unit-newcore'
 	$(PY) tools/side_by_side.py integration '$(MAKE) --no-print-directory integration' \
-	  newcore-integration '$(MAKE) --no-print-directory integration-newcore' $(TEST_BESIDE_INTEGRATION)
+	  newcore-integration-sanity '$(MAKE) --no-print-directory integration-newcore sanity-newcore' $(TEST_BESIDE_INTEGRATION)
 	@echo "make test: all stages passed"
 
 # Line coverage of plugins/ over the unit and integration stages together (issue 27: it must not fall
