@@ -8,11 +8,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import perfmodel as pm
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.curve import plateau_reached
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _tune, _tunereport
+from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import GB, instance_plan
+
+ROOT = Path(__file__).resolve().parents[4]
 
 SEED_MTP_HICACHE = [(1, 61.2), (4, 207.2), (8, 369.7), (16, 384.5), (32, 392.7), (48, 409.0)]
 LEVELS = [1, 4, 8, 16, 32, 48]
@@ -183,6 +191,73 @@ def test_a_tie_goes_to_the_earlier_candidate_and_failures_are_reported() -> None
     choice = _tune.choose(results, NO_SLO)
     assert choice["winner"]["candidate"]["label"] == "baseline"
     assert choice["why"]["mtp"] == "failed: instance gpu0 did not become ready"
+
+
+
+# ---- inventories/seed on the engine's model, on its virtual clock ----
+
+def _seed_host(gpu: dict, memory: int) -> dict:
+    """The seed inventory's host as host_facts would give it: its declared GPU, ``memory`` free."""
+    mib = gpu["memory_mib"]
+    return {"schema_version": 1, "gpu_source": "declared", "gpu_count": 1, "cpu_count": 32, "numa_nodes": 1,
+            "service_manager": "process", "hostname": "seed",
+            "gpus": [{"index": 0, "uuid": "GPU-0", "name": gpu["name"], "memory_total_mib": mib, "memory_used_mib": 0,
+                      "memory_free_mib": mib, "processes": [], "busy": False}],
+            "memory": {"total_bytes": memory, "available_bytes": memory, "effective_available_bytes": memory,
+                       "limited_by": "meminfo", "cgroup": {}}}
+
+
+def _model_level(plan: pm.EnginePlan, c: int, max_tokens: int) -> dict:
+    """One closed-loop level of the bench role's shape (max(2C, 8) requests) on the model's
+    virtual clock: the figures the engine's own model gives, which no load on the machine moves."""
+    got = pm.simulate_level(plan, c, max(2 * c, 8), max_tokens)
+    return _pt(c, round(got["output_tok_s"], 1), avg_output_tokens=max_tokens)
+
+
+def test_the_seed_inventory_on_the_engine_model_tunes_to_mtp_hicache() -> None:
+    """What tests/integration/test_tune.py's end-to-end run on inventories/seed measures through
+    wall clocks (which a loaded machine moves), here on the model's own clock: each candidate's
+    flags as the plan renders them for the seed's host, the engine's plan of them, its levels
+    simulated, and tune's loop (probe, bound, sweep to the plateau, choose) over them."""
+    seed = yaml.safe_load((ROOT / "inventories" / "seed" / "group_vars" / "sglang_servers.yml").read_text())
+    release, (gpu,) = seed["sglang_version"], seed["sglang_declared_gpus"]
+    host = _seed_host(gpu, 200 * GB)  # the seed's ~200 GB free (reference: seed-benchmarks.md)
+    config = pm.load_model_config(str(ROOT / "data" / "models" / "qwen3.6-27b"))
+    levels = role_default("bench", "sglang_bench_concurrency")
+    max_tokens = role_default("bench", "sglang_bench_max_tokens")
+    plateau = role_default("tune", "sglang_tune_plateau_gain")
+    parser = _flags.build_parser(release)
+    results: list[dict] = []
+    running_of: dict[str, int] = {}
+    for cand in _tune.candidates(seed["sglang_tune_space"], seed["sglang_profiles"]):
+        chosen = _tune.candidate_vars(cand)
+        plan = instance_plan(host, profile=chosen["sglang_profile"], user_profiles=seed["sglang_profiles"],
+                             release=release, model_path="/m", model_config=config,
+                             max_running_requests=chosen["sglang_max_running_requests"])
+        args = vars(parser.parse_args(plan["instances"][0]["argv"]))
+        engine = pm.plan_engine(args, config, pm.find_gpu(gpu["name"]), release, 200 * GB)
+        running = running_of[cand["label"]] = engine.max_running_requests
+        probe = _sweep([_model_level(engine, levels[0], max_tokens)], running)
+        decision = _tune.decide(probe, levels, NO_SLO, _tune.best_so_far(results))
+        rest = None
+        if decision["action"] == "sweep":
+            points: list[dict] = []
+            for c in _tune.rest_levels(levels, NO_SLO):
+                points.append(_model_level(engine, c, max_tokens))
+                if plateau_reached([*probe["points"], *points], plateau):
+                    break
+            rest = _sweep(points, running)
+        results.append(_tune.result(cand, NO_SLO, plateau, probe, rest, decision))
+
+    assert [r["candidate"]["label"] for r in results] == ["mtp_hicache", "mtp", "hicache", "baseline"]
+    # the seed's story: MTP alone is capped at 4 running requests, HiCache lifts that to 9
+    assert running_of["mtp"] == 4 and running_of["mtp_hicache"] == 9
+    by_label = {r["candidate"]["label"]: r for r in results}
+    assert by_label["mtp"]["status"] == "pruned" and by_label["mtp"]["reason"].startswith("pruned by bound")
+    choice = _tune.choose(results, NO_SLO)
+    assert choice["winner"]["candidate"]["label"] == "mtp_hicache"
+    for loser in ("hicache", "baseline"):
+        assert choice["why"][loser].startswith("lower peak tok/s"), choice["why"][loser]
 
 
 # ---- SLO ----
