@@ -193,7 +193,6 @@ def test_a_tie_goes_to_the_earlier_candidate_and_failures_are_reported() -> None
     assert choice["why"]["mtp"] == "failed: instance gpu0 did not become ready"
 
 
-
 # ---- inventories/seed on the engine's model, on its virtual clock ----
 
 def _seed_host(gpu: dict, memory: int) -> dict:
