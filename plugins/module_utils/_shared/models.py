@@ -1,7 +1,8 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """What kind of model a config.json describes: hybrid (linear-attention / Mamba state layers
-beside full attention) or dense, and whether it has a built-in MTP head.
+beside full attention) or dense, whether it has a built-in MTP head, and whether its attention is
+multi-head latent attention (MLA).
 
 The one rule, used by the planner (flags, HiCache pools), the performance model and the
 embedded engine. Stdlib only, Python >= 3.10.
@@ -24,6 +25,8 @@ HYBRID_CONFIG_KEYS = (
     "hybrid_override_pattern", "mamba_num_heads",
 )
 MTP_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers", "num_mtp_layers")
+# Multi-head latent attention (DeepSeek V2/V3, Kimi K2): the compressed KV's rank in config.json
+MLA_KEYS = ("kv_lora_rank",)
 
 
 class ModelKindError(ValueError):
@@ -64,17 +67,23 @@ def has_mtp(model_config: Mapping[str, Any]) -> bool:
     return any("MTP" in arch for arch in architectures(model_config))
 
 
+def is_mla(model_config: Mapping[str, Any]) -> bool:
+    """Multi-head latent attention (``kv_lora_rank`` in the config or its text_config): every TP
+    rank holds the same compressed KV, so HiCache's storage tier keeps one set of pages (rank 0's)."""
+    return any(cfg.get(key) for cfg in configs_of(model_config) for key in MLA_KEYS)
+
+
 def model_kind(model_config: Mapping[str, Any] | None, model_arch: str | None = None) -> dict[str, Any]:
-    """{arch, hybrid, has_mtp, source, architectures} from config.json; ``model_arch``
-    ("hybrid"/"dense") when the config is unknown (has_mtp is then None: unknown)."""
+    """{arch, hybrid, has_mtp, mla, source, architectures} from config.json; ``model_arch``
+    ("hybrid"/"dense") when the config is unknown (has_mtp and mla are then None: unknown)."""
     if model_arch is not None and model_arch not in ARCH_KINDS:
         raise ModelKindError(f"model_arch must be one of {', '.join(ARCH_KINDS)}, not {model_arch!r}")
     if not model_config:
         if model_arch is None:
             raise ModelKindError("cannot tell whether the model is hybrid: give the model's config.json "
                                  "(model_config) or declare model_arch: hybrid or dense")
-        return {"arch": model_arch, "hybrid": model_arch == "hybrid", "has_mtp": None,
+        return {"arch": model_arch, "hybrid": model_arch == "hybrid", "has_mtp": None, "mla": None,
                 "source": "declared", "architectures": []}
     hybrid = is_hybrid(model_config)
     return {"arch": "hybrid" if hybrid else "dense", "hybrid": hybrid, "has_mtp": has_mtp(model_config),
-            "source": "config", "architectures": architectures(model_config)}
+            "mla": is_mla(model_config), "source": "config", "architectures": architectures(model_config)}

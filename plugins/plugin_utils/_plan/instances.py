@@ -27,7 +27,6 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings, host_settings
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
     StorageInstance,
-    mla_model,
     storage_plan,
 )
 
@@ -238,7 +237,7 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     st = host_settings(req, host, prof, traits, model, len(groups), warnings)
     instances = [build_instance(req, prof, st, traits, index, group, *port_pairs[index], warnings).to_dict()
                  for index, group in enumerate(groups)]
-    storage = storage_tier(req, host, st, traits, instances)
+    storage = storage_tier(req, host, st, traits, instances, bool(model.get("mla")))
     if storage:
         warnings.extend(storage["warnings"])
     return {
@@ -259,7 +258,7 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
 
 
 def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, traits: dict[str, Any],
-                 instances: list[dict[str, Any]]) -> dict[str, Any] | None:
+                 instances: list[dict[str, Any]], mla: bool) -> dict[str, Any] | None:
     """HiCache's storage tier (sglang_hicache_storage, _plan/storage.py) of the host's instances, its
     flags and variables added to each one's argv and environment; None without one."""
     if req.hicache_storage is None:
@@ -272,12 +271,8 @@ def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, tr
         req.hicache_storage, filesystems=host.get("filesystems") or [], release=req.release, traits=traits,
         instances=[StorageInstance(str(i["name"]), int(i["tp_size"]) // max(int(i.get("nnodes") or 1), 1))
                    for i in instances],
-        mla=mla_model(req.model_config), running=host.get("hicache_storage_running"))
+        mla=mla, running=host.get("hicache_storage_running"))
     for inst in instances:
-        given = sorted({word.split("=", 1)[0] for word in inst["argv"]} & set(storage["flags"][0::2]))
-        if given:
-            raise PlanError(f"sglang_extra_args sets {', '.join(given)}, which sglang_hicache_storage renders: "
-                            "remove it from sglang_extra_args (or set sglang_hicache_storage: {})")
         inst["argv"] = [*inst["argv"], *storage["flags"]]
         inst["env"] = {**inst["env"], **storage["instances"][inst["name"]]["env"]}
         inst["storage_dir"] = storage["instances"][inst["name"]]["dir"]

@@ -22,6 +22,9 @@ from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases imp
 from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, render
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
+    OWNED_FLAGS as STORAGE_FLAGS,
+)
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
     StorageRequest,
     storage_request,
 )
@@ -119,6 +122,7 @@ class PlanRequest:
         """Check every input at once; one PlanError lists every problem found."""
         checker = _Checker(kwargs)
         base_dir = checker.text("base_dir") or declared("base_dir")
+        storage = checker.storage("hicache_storage", base_dir)
         req = cls(
             profile=checker.text("profile", required=True) or "",
             model_path=checker.text("model_path", required=True) or "",
@@ -137,8 +141,9 @@ class PlanRequest:
             hicache_fraction=checker.number("hicache_fraction", default=declared("hicache_fraction"), low=0.0, high=1.0,
                                             low_open=True),
             hicache_reserve_gib=checker.number("hicache_reserve_gib", default=declared("hicache_reserve_gib"), low=0.0),
-            hicache_storage=checker.storage("hicache_storage", base_dir),
-            extra_args=checker.extra_args("extra_args"),
+            hicache_storage=storage,
+            # with a storage tier, its flags are the plan's too
+            extra_args=checker.extra_args("extra_args", {**OWNED_FLAGS, **(STORAGE_FLAGS if storage else {})}),
             user_profiles=checker.mapping("user_profiles") or {},
             force_busy=checker.boolean("force_busy"),
             max_running_requests=checker.auto_integer("max_running_requests", low=1,
@@ -340,9 +345,9 @@ class _Checker:
         return {"nnodes": nnodes, "node_rank": list(hosts).index(me),
                 "dist_init_addr": f"{host}:{port or base + 2000}"}
 
-    def extra_args(self, key: str) -> list[tuple[str, list[str] | None]]:
+    def extra_args(self, key: str, owned: Mapping[str, str]) -> list[tuple[str, list[str] | None]]:
         """extra_args as (flag, values) pairs; values None removes the flag, [] is a bare flag.
-        Flags the plan owns are refused."""
+        Flags the plan owns (``owned``: flag -> the variable that sets it) are refused."""
         value = self.kwargs.get(key)
         pairs: list[tuple[str, list[str] | None]] = []
         if not value:
@@ -374,7 +379,7 @@ class _Checker:
             self._bad(key, value, "must be a list of argv words or a dict of flag: value")
             return []
         for flag, _ in pairs:
-            if flag in OWNED_FLAGS:
+            if flag in owned:
                 self.problems.append(f"sglang_extra_args may not set {flag}: the plan sets it from "
-                                     f"{OWNED_FLAGS[flag]}")
+                                     f"{owned[flag]}")
         return pairs

@@ -91,6 +91,12 @@ def environment(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: 
     user_env = settings.get("env") or {}
     if not isinstance(user_env, Mapping):
         raise PlanError(f"sglang_env={user_env!r}: must be a dict of variable: value")
+    tier = ((plan.get("hicache_storage") or {}).get("instances") or {}).get(instance.get("name")) or {}
+    given = sorted(set(map(str, user_env)) & set(tier.get("env") or {}))
+    if given:
+        raise PlanError(f"sglang_env sets {', '.join(given)}, which sglang_hicache_storage sets for each instance "
+                        "(its folder, cap and free-space floor): remove it from sglang_env (or set "
+                        "sglang_hicache_storage: {})")
     env.update({str(k): _text(v) for k, v in user_env.items()})
     if settings.get("engine") == "sim":
         extra_path = f":{_text(user_env['PYTHONPATH'])}" if "PYTHONPATH" in user_env else ""

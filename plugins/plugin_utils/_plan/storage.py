@@ -58,6 +58,14 @@ OPTIONS: dict[str, StorageOption] = {
 }
 
 
+# Flags the plan renders while the tier is on (sglang_extra_args may not set them then), and what
+# sets each one
+OWNED_FLAGS: dict[str, str] = {
+    "--hicache-storage-backend": "sglang_hicache_storage.backend",
+    "--hicache-storage-prefetch-policy": "sglang_hicache_storage.prefetch_policy (empty: the release's default)",
+}
+
+
 @dataclass(frozen=True)
 class StorageRequest:
     """The storage tier the user asked for (the role's ``sglang_hicache_storage``, checked by
@@ -173,14 +181,6 @@ def _per_instance(request: StorageRequest, usable: int, count: int, where: str,
                       f"the {gb(usable)} usable (stop them, or set size_gb, to resize)")
     each = int(max(usable, 0) * request.fraction) // count
     return each, f"({gb(max(usable, 0))} usable) x {request.fraction:g} / {count} instance(s)"
-
-
-def mla_model(config: Mapping[str, Any] | None) -> bool:
-    """A model with multi-head latent attention (DeepSeek V2/V3, Kimi K2: ``kv_lora_rank`` in its
-    config.json, or in its text_config): its TP ranks share one set of page files, rank 0 owns them."""
-    config = config or {}
-    inner = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
-    return bool(config.get("kv_lora_rank") or inner.get("kv_lora_rank"))
 
 
 def _kept(running: Mapping[str, Any] | None, root: str, instances: Sequence[StorageInstance]) -> int | None:

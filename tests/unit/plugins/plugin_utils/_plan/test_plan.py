@@ -341,6 +341,11 @@ def test_model_detection(configs: dict[str, Any]) -> None:
     assert model_kind(configs["hybrid"])["has_mtp"] is True
     assert model_kind(configs["dense"])["hybrid"] is False
     assert model_kind(None, "hybrid")["source"] == "declared"
+    # MLA (multi-head latent attention: the storage tier's pages are rank 0's alone)
+    assert model_kind(configs["dense"])["mla"] is False and model_kind(None, "dense")["mla"] is None
+    deepseek = {"architectures": ["DeepseekV3ForCausalLM"], "kv_lora_rank": 512}
+    assert model_kind(deepseek)["mla"] is True
+    assert model_kind({"architectures": ["KimiK25ForConditionalGeneration"], "text_config": deepseek})["mla"] is True
     with pytest.raises(ModelKindError, match="model_arch"):
         model_kind(None, None)
     with pytest.raises(PlanError, match="model_arch"):  # through the plan: a PlanError

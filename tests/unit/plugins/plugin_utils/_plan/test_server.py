@@ -117,6 +117,21 @@ def test_errors_name_the_role_variable(hybrid: dict[str, Any]) -> None:
         _plan(None)  # type: ignore[arg-type]
 
 
+def test_sglang_env_may_not_set_what_the_storage_tier_sets(hybrid: dict[str, Any]) -> None:
+    facts = _facts()
+    facts["memory"] = {"total_bytes": 2000 * 2**30, "available_bytes": 1800 * 2**30,
+                       "effective_available_bytes": 1800 * 2**30, "limited_by": "meminfo", "cgroup": {}}
+    facts["filesystems"] = [{"path": "/srv/sglang/hicache-storage", "mount_point": "/", "fstype": "ext4",
+                             "source": "/dev/sda1", "total_bytes": 4000 * 2**30, "free_bytes": 2000 * 2**30,
+                             "used_bytes": 0, "network": False, "rotational": False}]
+    tier = {"sglang_profile": "mtp_hicache", "sglang_version": "0.5.17", "sglang_hicache_storage": {"backend": "file"}}
+    plan = _plan(hybrid, facts, **tier, sglang_env={"FOO": "bar"})
+    assert plan["instances"][0]["env"]["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == "/srv/sglang/hicache-storage/gpu0"
+    with pytest.raises(PlanError, match="sglang_env sets SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE, which "
+                                        "sglang_hicache_storage sets for each instance"):
+        _plan(hybrid, facts, **tier, sglang_env={"SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE": "1T"})
+
+
 def test_tp_group_hosts_and_addresses_from_the_inventory(hybrid: dict[str, Any]) -> None:
     plan = _plan(copy.deepcopy(hybrid), groups={"tp": ["node0", "node1"]}, sglang_tp_group="tp", sglang_tp_size=2,
                  sglang_gpus=[0])

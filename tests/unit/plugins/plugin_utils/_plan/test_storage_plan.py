@@ -63,7 +63,9 @@ def test_a_warning_of_the_sizing_reaches_the_plans_warnings(h200x2_facts: dict[s
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"profile": "mtp"}, "needs HiCache's host tier, which profile 'mtp' does not enable: choose a profile with hicache"),
     ({"extra_args": {"hicache-storage-backend": "nixl"}},
-     "sglang_extra_args sets --hicache-storage-backend, which sglang_hicache_storage renders: remove it"),
+     "sglang_extra_args may not set --hicache-storage-backend: the plan sets it from sglang_hicache_storage.backend"),
+    ({"extra_args": ["--hicache-storage-prefetch-policy", "best_effort"]},
+     "may not set --hicache-storage-prefetch-policy: the plan sets it from sglang_hicache_storage.prefetch_policy"),
     ({"release": "0.5.10"}, "release 0.5.10: its file backend has no size cap"),
     ({"hicache_storage": {"backend": "file", "sizes": 3}}, r"unknown key\(s\) sizes"),
 ])
@@ -72,6 +74,15 @@ def test_refused_before_anything_runs(h200x2_facts: dict[str, Any], configs: dic
     kwargs.setdefault("hicache_storage", {"backend": "file"})
     with pytest.raises(PlanError, match=message):
         _plan(_with_disk(h200x2_facts), configs, **kwargs)
+
+
+def test_without_the_tier_extra_args_may_set_its_flags(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
+    """By hand, as before the tier was planned: the user's own flags, nothing sized."""
+    plan = _plan(_with_disk(h200x2_facts), configs, hicache_storage={},
+                 extra_args={"hicache-storage-backend": "file"})
+    assert plan["hicache_storage"] is None
+    for inst in plan["instances"]:
+        assert inst["argv"][inst["argv"].index("--hicache-storage-backend") + 1] == "file"
 
 
 def test_the_running_instances_cap_is_kept_by_a_rerun(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
