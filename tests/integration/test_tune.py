@@ -90,7 +90,8 @@ def test_tune_on_seed_ranks_by_its_rule_writes_the_winner_back_and_deploy_uses_i
         assert results[label]["sweep"]["stopped_on_plateau"] or winner_levels == LEVELS, winner_levels
         md = (folder / "tune.md").read_text()
         running = results[label]["sweep"]["server"]["max_running_requests"]
-        assert f"| 1 | **{label}** | swept | {running} |" in md and "## Path" in md
+        place = results[label]["candidate"]["index"] + 1  # the space's order
+        assert f"| {place} | **{label}** | swept | {running} |" in md and "## Path" in md
         rows = list(csv.DictReader((folder / "tune.csv").open()))
         assert {r["candidate"] for r in rows} == set(results)
         assert {"throughput.png", "profiles.png", "summary.md"} <= {p.name for p in folder.iterdir()}

@@ -35,7 +35,21 @@ def _error(message: str) -> Reply:
     return Reply({"error": {"message": message}}, 400)
 
 
-def _meta(req: Req) -> dict[str, Any]:
+def cached_details(engine: Engine, req: Req) -> dict[str, Any] | None:
+    """meta_info.cached_tokens_details (SGLang 0.5.17's output streamer): None without a hit;
+    device and host, and with a storage tier its tokens and the backend's class."""
+    if not req.cached_tokens:
+        return None
+    details: dict[str, Any] = {"device": req.cached_device, "host": req.cached_host}
+    store = engine.scheduler.cache.storage if engine.scheduler.cache is not None else None
+    if req.cached_storage or store is not None:
+        details["storage"] = req.cached_storage
+    if store is not None:
+        details["storage_backend"] = store.backend_class
+    return details
+
+
+def _meta(engine: Engine, req: Req) -> dict[str, Any]:
     """The meta_info every chunk carries."""
     return {
         "id": req.rid,
@@ -49,8 +63,7 @@ def _meta(req: Req) -> dict[str, Any]:
         "reasoning_tokens": 0,
         "completion_tokens": len(req.output_ids),
         "cached_tokens": req.cached_tokens,
-        "cached_tokens_details": ({"device": req.cached_device, "host": req.cached_host}
-                                  if req.cached_tokens else None),
+        "cached_tokens_details": cached_details(engine, req),
         "dp_rank": None,
     }
 
@@ -91,7 +104,7 @@ def _final_meta(engine: Engine, req: Req, meta: dict[str, Any], now: float) -> N
 
 def result(engine: Engine, req: Req, final: bool, first: bool) -> dict[str, Any]:
     """One /generate result (or stream chunk): the cumulative text and ids, and meta_info."""
-    meta = _meta(req)
+    meta = _meta(engine, req)
     now = time.time()
     if final:
         _final_meta(engine, req, meta, now)

@@ -58,13 +58,14 @@ def _stage_histograms() -> dict[str, Histogram]:
 @dataclass
 class EngineMetrics:
     """The counters and histograms of one engine; ``hicache_total``: host KV pool tokens (0
-    without HiCache). Cached prompt tokens by source (device, host) are counted when a request
+    without HiCache). Cached prompt tokens by source (device, host, storage) are counted when a request
     finishes; ``cache_hit_rate`` is the last prefill batch's; ``load_back_total`` the host-to-
     device tokens so far (the prefix cache's count)."""
 
     hicache_total: int = 0
     cached_device: int = 0
     cached_host: int = 0
+    cached_storage: int = 0
     cache_hit_rate: float = 0.0
     load_back_total: int = 0
     steps_prefill: int = 0
@@ -116,12 +117,12 @@ class EngineMetrics:
 
     @property
     def cached_total(self) -> int:
-        return self.cached_device + self.cached_host
+        return self.cached_device + self.cached_host + self.cached_storage
 
     def observe_finished(self, stream: bool, prompt: int, cached_device: int, cached_host: int,
-                         generated: int, e2e: float) -> None:
+                         generated: int, e2e: float, cached_storage: int = 0) -> None:
         """A request that finished: token counters, e2e latency, length histograms."""
-        cached = cached_device + cached_host
+        cached = cached_device + cached_host + cached_storage
         label = "true" if stream else "false"
         self._count("prompt_tokens_total", label, prompt)
         self._count("generation_tokens_total", label, generated)
@@ -132,6 +133,7 @@ class EngineMetrics:
         self.hist_plain["generation_tokens_histogram"].observe(generated)
         self.cached_device += cached_device
         self.cached_host += cached_host
+        self.cached_storage += cached_storage
         self.realtime["prefill_compute"] += prompt - cached
         self.realtime["prefill_cache"] += cached
 

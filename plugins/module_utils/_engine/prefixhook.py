@@ -20,12 +20,16 @@ class PrefixHook:
         self.metrics = metrics
 
     def match(self, req_id: str) -> tuple[int, int]:
-        """The cached prefix of a request about to be admitted: (device, host) tokens."""
+        """The cached prefix of a request about to be admitted: (device, host) tokens, the host
+        part with what the storage tier holds (read into the host pool, then loaded back)."""
         req = self.reqs.get(req_id)
         if self.cache is None or req is None or req.internal or not req.token_ids:
             return 0, 0
         req.match = self.cache.match(req.token_ids)
-        return req.match.device, req.match.host
+        return req.match.device, req.match.host + req.match.storage
+
+    def io_seconds(self) -> float:
+        return self.cache.io_seconds() if self.cache is not None else 0.0
 
     def admitted(self, req_ids: list[str]) -> None:
         """Admitted to a prefill: host hits are loaded back, the prompts inserted and locked."""
@@ -43,7 +47,7 @@ class PrefixHook:
             match = req.match
             if match is None:
                 continue
-            req.cached_device, req.cached_host = match.device, match.host
+            req.cached_device, req.cached_host, req.cached_storage = match.device, match.host, match.storage
             req.cached_tokens = match.total
             req.handle = cache.admit(req.token_ids, match, outside)
             req.match = None

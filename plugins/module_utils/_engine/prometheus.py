@@ -94,6 +94,8 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ('inter_token_latency_seconds', 'histogram', 'Histogram of inter-token latency in seconds.'),
     ('cached_tokens_total', 'counter', 'Number of cached prompt tokens by source (device/host/storage).'),
     ('load_back_tokens_total', 'counter', 'Number of tokens loaded back from host to device.'),
+    ('prefetched_tokens_total', 'counter', 'Number of prefetched prompt tokens.'),
+    ('backuped_tokens_total', 'counter', 'Number of backuped tokens.'),
 )
 _FAMILY_INFO = {name: (kind, help_) for name, kind, help_ in _FAMILIES}
 
@@ -206,6 +208,9 @@ def _request_counters(out: _Text) -> None:
     sources = [("device", m.cached_device)]
     if m.hicache_total:
         sources.append(("host", m.cached_host))
+    store = out.engine.scheduler.cache.storage if out.engine.scheduler.cache is not None else None
+    if store is not None:  # the backend's class names the source (storage_HiCacheFile)
+        sources.append((f"storage_{store.backend_class}", m.cached_storage))
     out.family("cached_tokens_total", [
         out.sample("cached_tokens_total", [("cache_source", source)], value)
         for source, value in sources])
@@ -305,6 +310,14 @@ def _batches(out: _Text) -> None:
             out.family("load_back_tokens_total", [
                 out.sample("load_back_tokens_total", [("pool", "kv")], m.load_back_total,
                            base=out.sched)])
+        store = cache.storage if cache else None
+        if store is not None:  # the storage tier's own collector (its labels, not the scheduler's)
+            tier = [("storage_backend", "file"), ("tp_rank", "0"), ("dp_rank", "0"), ("pp_rank", "0"),
+                    ("pp_size", "1"), ("attn_cp_rank", "0"), ("attn_cp_size", "1")]
+            out.family("prefetched_tokens_total", [
+                out.sample("prefetched_tokens_total", [], store.prefetched_tokens, base=tier)])
+            out.family("backuped_tokens_total", [
+                out.sample("backuped_tokens_total", [], store.backuped_tokens, base=tier)])
 
 
 def _routing_and_passes(out: _Text) -> None:

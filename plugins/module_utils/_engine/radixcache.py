@@ -13,6 +13,13 @@ without HiCache an evicted prefix is gone, with HiCache it stays on the host (wr
 copies it there when inserted; write-back when evicted; write-through-selective once a node has
 been hit twice). The host pool evicts its host-only leaves least recently used first.
 
+With a storage tier (``storagetier.PageStore``, ``--hicache-storage-backend``) every page
+backed up to the host pool is backed up to storage too, and a prompt's pages after its device
+and host hit are looked up there: found (at least the prefetch threshold), they are read into
+the host pool and loaded back to the device with the prompt (``Match.storage``). Storage
+survives a restart and ``/flush_cache``; its I/O time (pages read, pages written) is handed to
+the step that does it (``io_seconds``).
+
 Hybrid (Mamba) models: a hit must end where a Mamba state was kept: at the end of an inserted
 prompt, or at a branching point (where a later prompt left a cached one), both aligned down to
 the Mamba cache chunk (64 tokens, or the page size if larger), as the extra_buffer strategy does.
@@ -23,6 +30,10 @@ import heapq
 import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ansible_collections.llmops.sglang.plugins.module_utils._engine.storagetier import PageStore
 
 Ids = Sequence[Hashable]
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
@@ -45,17 +56,18 @@ class Node:
 @dataclass
 class Match:
     """A prompt's cached prefix: ``device`` tokens on the GPU, then ``host`` tokens in the
-    HiCache host pool; ``path`` the nodes that hold them, ``branch`` (hybrid) where a Mamba
-    state would have made a longer hit."""
+    HiCache host pool, then ``storage`` tokens in the storage tier; ``path`` the nodes that hold
+    the device and host part, ``branch`` (hybrid) where a Mamba state would have made a longer hit."""
 
     device: int = 0
     host: int = 0
     path: list[Node] = field(default_factory=list)
     branch: int = 0
+    storage: int = 0
 
     @property
     def total(self) -> int:
-        return self.device + self.host
+        return self.device + self.host + self.storage
 
 
 @dataclass
@@ -83,7 +95,8 @@ class PrefixCache:
 
     def __init__(self, device_tokens: int, host_tokens: int = 0,
                  write_policy: str = "write_through", page_size: int = 1,
-                 mamba_chunk: int = 0) -> None:
+                 mamba_chunk: int = 0, storage: PageStore | None = None,
+                 storage_gb_s: float = 2.0) -> None:
         self.device_capacity = max(0, int(device_tokens))
         self.host_capacity = max(0, int(host_tokens))
         self.write_policy = write_policy if write_policy in WRITE_POLICIES else "write_through"
@@ -96,6 +109,9 @@ class PrefixCache:
         self.host_used = 0
         self.load_back_tokens = 0  # host -> device, cumulative
         self.evicted_tokens = 0  # device tokens evicted, cumulative
+        self.storage = storage if host_tokens else None  # the storage tier sits behind the host pool
+        self.storage_gb_s = max(float(storage_gb_s), 1e-6)  # its disk, read and write
+        self._io_bytes = 0  # storage bytes read and written since the last io_seconds()
 
     # -- structure -------------------------------------------------------------------------
     def _split(self, child: Node, n: int) -> Node:
@@ -149,8 +165,10 @@ class PrefixCache:
         """The cached prefix of ``ids``: at most all but the last token, page-aligned; on a
         hybrid model it ends at a kept Mamba state."""
         limit = self._align(max(0, len(ids) - 1), self.page_size)
-        if limit <= 0 or not self.root.children:
+        if limit <= 0:
             return Match()
+        if not self.root.children:
+            return Match(storage=self._stored(ids, 0, limit))
         path = self._walk(ids[:limit])
         stamp = next(self._tick)
         ends: list[int] = []
@@ -172,7 +190,19 @@ class PrefixCache:
             if not node.device:
                 break
             device += len(node.key)
-        return Match(device=device, host=hit - device, path=used, branch=branch)
+        stored = self._stored(ids, hit, limit)
+        return Match(device=device, host=hit - device, path=used, branch=0 if stored else branch, storage=stored)
+
+    def _stored(self, ids: Ids, hit: int, limit: int) -> int:
+        """Tokens after ``hit`` that the storage tier holds (a hybrid model's end at a Mamba chunk)."""
+        if self.storage is None or hit >= limit:
+            return 0
+        found = self.storage.lookup(ids, hit, limit)
+        if found and self.mamba_chunk:
+            found = max(0, self._align(hit + found, self.mamba_chunk) - hit)
+            if found < self.storage.prefetch_threshold:
+                return 0
+        return found
 
     # -- insert, lock, release ---------------------------------------------------------------
     def hold(self, match: Match) -> Handle:
@@ -187,7 +217,11 @@ class PrefixCache:
         loaded back, the prompt inserted (its nodes locked until ``release``); then the device
         pool is brought back within its capacity (``outside``: device tokens in use outside the
         tree, the running requests' generated tokens)."""
-        hit = self._walk(ids[:match.total]) if match.total else []
+        hit = self._walk(ids[:match.device + match.host]) if match.device + match.host else []
+        if match.storage and self.storage is not None:  # read into the host pool, then to the device
+            self.storage.prefetched(match.storage)
+            self._io_bytes += match.storage * self.storage.page_bytes // self.storage.page_tokens
+            self.load_back_tokens += match.storage
         for node in hit:
             node.hits += 1
             if not node.device:
@@ -265,7 +299,24 @@ class PrefixCache:
             return False
         node.host = True
         self.host_used += need
+        if self.storage is not None:  # host -> storage: the node's pages, from the root on
+            tokens = self._tokens_to(node)
+            written = self.storage.backup(tokens, len(tokens))
+            self._io_bytes += written * self.storage.page_bytes // self.storage.page_tokens
         return True
+
+    def _tokens_to(self, node: Node) -> tuple[Hashable, ...]:
+        keys: list[tuple[Hashable, ...]] = []
+        cur: Node | None = node
+        while cur is not None and cur is not self.root:
+            keys.append(cur.key)
+            cur = cur.parent
+        return tuple(t for key in reversed(keys) for t in key)
+
+    def io_seconds(self) -> float:
+        """The storage tier's reads and writes since the last call, as seconds of its disk."""
+        moved, self._io_bytes = self._io_bytes, 0
+        return moved / (self.storage_gb_s * 1e9)
 
     def fit(self, outside: int = 0) -> None:
         """Evict device tokens until the tree and ``outside`` fit the device pool."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import os
 import random
 import time
 import uuid
@@ -25,9 +27,12 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.radixcache i
     Match,
     PrefixCache,
 )
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.storagetier import PageStore
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.tokens import prompt_ids
+from ansible_collections.llmops.sglang.plugins.module_utils._shared.models import is_mla
 
 DECODE_LOG_INTERVAL = 40
+STORAGE_PAGE_TOKENS = 64  # the fewest tokens of a modelled storage page file
 HEALTH_TIMEOUT_S = 20.0
 MAMBA_CACHE_CHUNK = 64  # FLA chunk: the grid of the Mamba states a hybrid model keeps
 # asyncio.wait_for raises asyncio.TimeoutError, the builtin only from Python 3.11 on
@@ -72,6 +77,7 @@ class Req:
     token_ids: tuple[Hashable, ...] = ()
     cached_device: int = 0
     cached_host: int = 0
+    cached_storage: int = 0
     match: Match | None = None
     handle: Handle | None = None
 
@@ -143,7 +149,36 @@ def new_prefix_cache(config: EngineConfig) -> PrefixCache | None:
     return PrefixCache(device_tokens=config.max_total_tokens, host_tokens=config.host_kv_tokens,
                        write_policy=str(args.get("hicache_write_policy") or "write_through"),
                        page_size=page,
-                       mamba_chunk=max(MAMBA_CACHE_CHUNK, page) if config.hybrid else 0)
+                       mamba_chunk=max(MAMBA_CACHE_CHUNK, page) if config.hybrid else 0,
+                       storage=new_page_store(config, page),
+                       storage_gb_s=float(config.plan.constants.get("disk_gb_s", 2.0)))
+
+
+def new_page_store(config: EngineConfig, page: int) -> PageStore | None:
+    """The storage tier of ``--hicache-storage-backend file`` with HiCache on (storagetier.py): its
+    folder, cap and floor from the environment, a page's bytes from the model's KV per token on
+    this rank. One file per page of at least ``STORAGE_PAGE_TOKENS`` tokens (the release writes one
+    per page: with --page-size 1, one per token; the bytes are the same)."""
+    args = config.args
+    if args.get("hicache_storage_backend") != "file" or not config.host_kv_tokens:
+        return None
+    tokens = max(page, STORAGE_PAGE_TOKENS)
+    shape, plan = config.plan.shape, config.plan
+    per_token = shape.kv_bytes_per_token + (shape.draft_kv_bytes_per_token if plan.spec_algorithm else 0)
+    extra = _extra_config(args.get("hicache_storage_backend_extra_config"))
+    return PageStore.from_env(os.environ, config.served_name, tokens, max(1, per_token * tokens // plan.tp_size),
+                              mla=is_mla(config.model_config), extra_config=extra)
+
+
+def _extra_config(value: Any) -> dict[str, Any]:
+    """--hicache-storage-backend-extra-config: a JSON object (an ``@file`` or a bad value: none)."""
+    if not isinstance(value, str) or not value.strip().startswith("{"):
+        return {}
+    try:
+        loaded = json.loads(value)
+    except ValueError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 class RequestScheduler:
@@ -378,7 +413,7 @@ class RequestScheduler:
         if not req.internal:
             e2e = (self.metric_clock(now) if mnow is None else mnow) - req.m_submitted
             self.metrics.observe_finished(req.stream, req.prompt_tokens, req.cached_device,
-                                          req.cached_host, len(req.output_ids), e2e)
+                                          req.cached_host, len(req.output_ids), e2e, req.cached_storage)
 
     # -- state for logs, metrics and server info ----------------------------------------
     def num_running(self) -> int:
@@ -439,3 +474,15 @@ class RequestScheduler:
         self.log.info(f"Decode batch, {head}{spec}cuda graph: {graph}, gen throughput "
                       f"(token/s): {self.stats.last_gen_throughput:.2f}, #queue-req: "
                       f"{self.num_queued()}")
+
+
+def clear_storage(sched: RequestScheduler) -> bool:
+    """The storage tier's pages (``/hicache/storage-backend/clear``, any time: the release does not
+    wait for idle): True with HiCache on (a server without a storage tier has nothing to clear)."""
+    if not sched.config.host_kv_tokens:
+        sched.log.warning("Hierarchical cache is not enabled.")
+        return False
+    if sched.cache is not None and sched.cache.storage is not None:
+        sched.cache.storage.clear()
+    sched.log.info("Hierarchical cache cleared successfully!")
+    return True

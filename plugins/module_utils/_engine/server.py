@@ -10,6 +10,7 @@ ready, SIGTERM, shutdown. ``PlaceholderServer``: what a node of rank > 0 serves 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import secrets
@@ -33,7 +34,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine impor
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.prometheus import render_metrics
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.replies import Reply, Stream, json_dumps
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.requests import ApiRequest
-from ansible_collections.llmops.sglang.plugins.module_utils._engine.scheduler import TIMEOUTS
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.scheduler import TIMEOUTS, clear_storage
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.startup import (
     WARMUP_SECONDS,
     Schedule,
@@ -100,6 +101,16 @@ def _phrase(status: int) -> str:
         return ""
 
 
+async def clear_storage_route(engine: Engine, request: web.Request) -> web.StreamResponse:
+    """POST /hicache/storage-backend/clear (and the deprecated path): the storage tier's files go;
+    200 with HiCache on, else 400 and the scheduler's warning."""
+    ok = clear_storage(engine.scheduler)
+    text = "Hierarchical cache storage backend cleared.\n"
+    if request.path != "/hicache/storage-backend/clear":
+        text = "Deprecated endpoint. Use POST /hicache/storage-backend/clear.\n" + text
+    return web.Response(text=text, status=200 if ok else 400)
+
+
 class HttpServer:
     """SGLang's HTTP surface over one engine (docs/engine-api.md "HTTP surface")."""
 
@@ -138,6 +149,9 @@ class HttpServer:
             add("GET", "/metrics", self.h_metrics)
         add("GET", "/flush_cache", self.h_flush_cache)
         add("POST", "/flush_cache", self.h_flush_cache)
+        for path, methods in (self.traits.get("hicache_storage_clear") or {}).items():
+            for method in methods:
+                add(method, path, functools.partial(clear_storage_route, self.engine))
         return app
 
     @web.middleware

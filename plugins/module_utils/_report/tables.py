@@ -140,6 +140,14 @@ def _pair(metrics: dict[str, Any], first: str, second: str, decimals: int = 1) -
     return "-" if a is None and b is None else f"{fmt(a, decimals)} / {fmt(b, 0 if second.endswith('max') else decimals)}"
 
 
+def _hits(m: dict[str, Any]) -> str:
+    """The cache hits cell: device/host (/storage with a storage tier) by tier, else the total."""
+    if m.get("cache_hit_rate_device") is None and m.get("cache_hit_rate_host") is None:
+        return fmt(m.get("cache_hit_rate"), 2)
+    tiers = _pair(m, "cache_hit_rate_device", "cache_hit_rate_host", 2).replace(" / ", "/")
+    return tiers + (f"/{fmt(m['cache_hit_rate_storage'], 2)}" if m.get("cache_hit_rate_storage") is not None else "")
+
+
 def render_server_metrics_table(sweep: dict[str, Any]) -> tuple[str, list[str]] | None:
     """"Server during each level": what the server's /metrics said beside the client's tok/s
     (running and queued requests sampled while the level ran, KV usage, accept length, cache
@@ -148,7 +156,10 @@ def render_server_metrics_table(sweep: dict[str, Any]) -> tuple[str, list[str]] 
     points = [p for p in points_of(sweep) if isinstance(p.get("server_metrics"), dict)]
     if not points:
         return None
-    lines = [md_row(level_header(SERVER_METRICS_HEADER, points)), md_row(["---"] * len(SERVER_METRICS_HEADER))]
+    header = SERVER_METRICS_HEADER
+    if any(p["server_metrics"].get("cache_hit_rate_storage") is not None for p in points):
+        header = tuple("cache hit (device/host/storage)" if h == "cache hit (device/host)" else h for h in header)
+    lines = [md_row(level_header(header, points)), md_row(["---"] * len(header))]
     reasons: dict[str, set[str]] = {}
     for point in points:
         m = point["server_metrics"]
@@ -162,9 +173,7 @@ def render_server_metrics_table(sweep: dict[str, Any]) -> tuple[str, list[str]] 
             fmt(m.get("token_usage_max"), 3),
             fmt(m.get("spec_accept_length"), 2),
             fmt(m.get("spec_accept_rate"), 2),
-            _pair(m, "cache_hit_rate_device", "cache_hit_rate_host", 2).replace(" / ", "/")
-            if m.get("cache_hit_rate_device") is not None or m.get("cache_hit_rate_host") is not None
-            else fmt(m.get("cache_hit_rate"), 2),
+            _hits(m),
             fmt_count(m.get("retracted_max")),
         ]))
     notes = [f"{', '.join(sorted(keys))}: {why}." for why, keys in sorted(reasons.items())]

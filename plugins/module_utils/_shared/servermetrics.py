@@ -42,7 +42,8 @@ RESTARTED = "a counter went down: the server restarted during the level"
 FIELDS: tuple[str, ...] = (
     "samples", "running_mean", "running_max", "queued_mean", "queued_max", "token_usage_mean",
     "token_usage_max", "spec_accept_length", "spec_accept_rate", "cache_hit_rate",
-    "cache_hit_rate_device", "cache_hit_rate_host", "hicache_host_usage_max", "retracted_max",
+    "cache_hit_rate_device", "cache_hit_rate_host", "cache_hit_rate_storage", "storage_prefetched_tokens",
+    "storage_backuped_tokens", "hicache_host_usage_max", "retracted_max",
 )
 
 Scrape = dict[str, Any]
@@ -163,7 +164,7 @@ def _accept(before: Scrape, after: Scrape, samples: GaugeSamples, notes: dict[st
 def _cache(before: Scrape, after: Scrape, notes: dict[str, str]) -> dict[str, Any]:
     """Prefix-cache hits over the level: cached / prompt tokens. The total from the prompt and
     uncached-prompt histograms' sums; by tier from ``cached_tokens_total{cache_source}``
-    (device: the radix cache on the GPU; host: HiCache's host pool). 0.5.17 declares that
+    (device: the radix cache on the GPU; host: HiCache's host pool; the storage tier: ``_storage``). 0.5.17 declares that
     counter only once a hit happened, so with no hit at all both tiers are 0."""
     prompt = _delta(before, after, "prompt_tokens_histogram_sum")
     uncached = _delta(before, after, "uncached_prompt_tokens_histogram_sum")
@@ -191,6 +192,35 @@ def _cache(before: Scrape, after: Scrape, notes: dict[str, str]) -> dict[str, An
     return out
 
 
+def storage_source(scrape: Scrape) -> str | None:
+    """The storage tier's ``cache_source`` of ``cached_tokens_total`` (``storage_`` + the backend's
+    class: ``storage_HiCacheFile``), once it has one."""
+    return next((labels["cache_source"] for labels, _ in scrape["series"].get("cached_tokens_total", [])
+                 if str(labels.get("cache_source", "")).startswith("storage_")), None)
+
+
+def _storage(before: Scrape, after: Scrape, notes: dict[str, str]) -> dict[str, Any]:
+    """HiCache's storage tier over the level: its share of the prompt tokens (hits read from it),
+    the tokens prefetched from it (storage -> host) and backed up to it (host -> storage). The
+    tier's counters exist only with a storage backend (and --enable-metrics): null without one
+    (no note: most servers have none)."""
+    keys = ("cache_hit_rate_storage", "storage_prefetched_tokens", "storage_backuped_tokens")
+    out: dict[str, Any] = dict.fromkeys(keys)
+    if not (present(after, "prefetched_tokens_total") or present(after, "backuped_tokens_total")):
+        return out
+    out["storage_prefetched_tokens"] = _rnd(_delta(before, after, "prefetched_tokens_total"), 0)
+    out["storage_backuped_tokens"] = _rnd(_delta(before, after, "backuped_tokens_total"), 0)
+    prompt = _delta(before, after, "prompt_tokens_histogram_sum")
+    source = storage_source(after)
+    cached = _delta(before, after, "cached_tokens_total", cache_source=source) if source else 0.0
+    if prompt and cached is not None:
+        out["cache_hit_rate_storage"] = round(cached / prompt, 4)
+    for key in keys:
+        if out[key] is None:
+            notes[key] = NO_PROMPTS if key == "cache_hit_rate_storage" and prompt == 0 else RESTARTED
+    return out
+
+
 def level_metrics(before: Scrape | None, after: Scrape | None, samples: GaugeSamples) -> dict[str, Any] | None:
     """A point's ``server_metrics`` from the scrapes around the level and the samples taken
     during it; None without both scrapes (no /metrics)."""
@@ -206,6 +236,7 @@ def level_metrics(before: Scrape | None, after: Scrape | None, samples: GaugeSam
             notes[f"{key}_mean"] = notes[f"{key}_max"] = reason
     out.update(_accept(before, after, samples, notes))
     out.update(_cache(before, after, notes))
+    out.update(_storage(before, after, notes))
     host_used = samples.max("hicache_host_used_tokens")
     host_total = samples.hicache_total or total(after, "hicache_host_total_tokens")
     out["hicache_host_usage_max"] = round(host_used / host_total, 4) if host_used is not None and host_total else None

@@ -21,10 +21,14 @@ class PrefixHook(Protocol):
     """The prefix cache as the scheduler sees it (``radixcache`` through the engine)."""
 
     def match(self, req_id: str) -> tuple[int, int]:
-        """(device, host) tokens of the request's prompt cached now."""
+        """(device, host) tokens of the request's prompt cached now (host: everything loaded back
+        to the device, the storage tier's pages read into the host pool included)."""
 
     def admitted(self, req_ids: list[str]) -> None:
         """These requests were admitted to a prefill (their prompts become cached)."""
+
+    def io_seconds(self) -> float:
+        """The storage tier's disk time (pages read and written) since the last call."""
 
 
 @dataclass
@@ -173,6 +177,8 @@ class Scheduler:
         loaded = [r for r in admitted if r.loaded]
         if loaded:
             dt += load_back_seconds(self.plan, sum(r.loaded for r in loaded), len(loaded))
+        if self.prefix is not None:  # the storage tier's reads for these prompts, its writes so far
+            dt += self.prefix.io_seconds()
         result = StepResult(dt=dt, kind="prefill")
         for req in admitted:
             req.generated = 1

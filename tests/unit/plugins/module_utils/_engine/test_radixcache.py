@@ -243,6 +243,9 @@ class _Hook:
     def admitted(self, req_ids: list[str]) -> None:
         pass
 
+    def io_seconds(self) -> float:
+        return 0.0
+
 
 def _prefill_dt(plan: perfmodel.EnginePlan, hook: _Hook | None) -> float:
     sched = Scheduler(plan, prefix=hook)
