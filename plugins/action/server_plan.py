@@ -81,6 +81,8 @@ class ActionModule(ActionBase):
             checked = self._module("llmops.sglang.preflight", modules_run, task_vars, deployment_dir=base_dir,
                                    ports=spec["ports"], files=spec["files"], executables=spec["executables"],
                                    **({"user": owner} if owner else {}),
+                                   **({"commands": spec["commands"]} if spec.get("commands") else {}),
+                                   **({"folders": spec["folders"]} if spec.get("folders") else {}),
                                    **({"packages": spec["packages"]} if spec.get("packages") else {}))
             # the venv holds the pinned packages already: the role skips pip (it would change nothing)
             result["install"] = {**plan["install"], "current": bool(checked.get("packages_current"))}

@@ -87,6 +87,26 @@ options:
       fix:
         description: What to do when it is missing.
         type: str
+  folders:
+    description:
+      - Folders the run makes or writes (an instance's HiCache storage folder). The folder, or where
+        it does not exist yet the closest folder above it, must be writable by the connecting user
+        (who makes it) on a file system mounted read-write.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The folder.
+        type: path
+        required: true
+      what:
+        description: What it is, for the message.
+        type: str
+        default: folder
+      fix:
+        description: What to do when it cannot be made or written.
+        type: str
   executables:
     description: Programs that must be executable files.
     type: list
@@ -217,6 +237,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server.preflight import (
     check_commands,
+    check_folders,
     check_paths,
     check_ports,
     packages_current,
@@ -233,7 +254,8 @@ def main() -> None:
     params = module.params
     problems = check_paths(params["files"], params["executables"], params["user"]) \
         + check_ports(params["ports"], params["deployment_dir"], router_dir=params["router_dir"]) \
-        + check_commands(params["commands"], record=not module.check_mode)
+        + check_commands(params["commands"], record=not module.check_mode) \
+        + check_folders(params["folders"])
     manager = service_manager(params["service_manager"])
     if problems:
         module.fail_json(msg=f"{params['subject']} cannot start on this host ({len(problems)} problem(s)); "

@@ -50,12 +50,33 @@ def launch_text(inst: Mapping[str, Any], *, profile: str, release: str, engine: 
         "# shellcheck disable=SC1091",
         f". {shlex.quote(inst['paths']['env_file'])}",
         "set +a",
+        *storage_layout_lines(inst),
         "args=(",
         *(f"  {shlex.quote(str(arg))}" for arg in inst.get("argv") or []),
         ")",
         f'exec {shlex.quote(python)} -m sglang.launch_server "${{args[@]}}"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def storage_layout_lines(inst: Mapping[str, Any]) -> list[str]:
+    """HiCache's storage tier: the folder's pages are of one layout (the plan's ``storage_layout``:
+    release, weights, the flags that shape a KV page); where its stamp names another (or none), the
+    pages are removed before the server starts and the stamp is written. A restart of the same
+    layout keeps them: that is what the tier is for."""
+    layout = inst.get("storage_layout") or {}
+    folder = inst.get("storage_dir")
+    if not folder or not layout.get("digest"):
+        return []
+    digest, stamp = shlex.quote(str(layout["digest"])), shlex.quote(str(layout["stamp"]))
+    return [
+        "# HiCache storage: pages of another layout (model, release, TP, KV dtype, page size, memory",
+        "# layout) are never reused; they go before the server starts (docs/planning.md)",
+        f'if [ "$(cat {stamp} 2>/dev/null || true)" != {digest} ]; then',
+        f"  find {shlex.quote(str(folder))} -maxdepth 1 -type f -name '*.bin' -delete",
+        f"  printf '%s\\n' {digest} > {stamp}",
+        "fi",
+    ]
 
 
 def secrets_text(api_key: str) -> str:

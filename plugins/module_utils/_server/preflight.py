@@ -295,6 +295,28 @@ def check_paths(files: list[Mapping[str, Any]], executables: list[Mapping[str, A
     return problems
 
 
+def check_folders(folders: list[Mapping[str, Any]]) -> list[str]:
+    """Problems with folders the run makes or writes: the folder, or the closest existing folder
+    above it, must be writable by this user on a file system mounted read-write."""
+    problems = []
+    for item in folders:
+        path = os.path.abspath(str(item["path"]))
+        found = path
+        while not os.path.isdir(found) and found != os.sep:
+            if os.path.exists(found):
+                break  # a file where a folder goes
+            found = os.path.dirname(found)
+        what, fix = item.get("what") or "folder", f": {item['fix']}" if item.get("fix") else ""
+        where = "" if found == path else f" (it does not exist yet; {found} would hold it)"
+        if not os.path.isdir(found):
+            problems.append(f"{what} {path}: {found} is a file, not a folder{fix}")
+        elif os.statvfs(found).f_flag & os.ST_RDONLY:
+            problems.append(f"{what} {path}{where} is on a file system mounted read-only{fix}")
+        elif not os.access(found, os.W_OK | os.X_OK):
+            problems.append(f"{what} {path}{where} is not writable by this user{fix}")
+    return problems
+
+
 _PIN = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*")
 
 

@@ -26,7 +26,9 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles impor
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import PlanRequest
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.settings import HostSettings, host_settings
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
+    LAYOUT_STAMP,
     StorageInstance,
+    page_layout,
     storage_plan,
 )
 
@@ -276,6 +278,9 @@ def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, tr
         inst["argv"] = [*inst["argv"], *storage["flags"]]
         inst["env"] = {**inst["env"], **storage["instances"][inst["name"]]["env"]}
         inst["storage_dir"] = storage["instances"][inst["name"]]["dir"]
+        # pages of another layout are removed by the launch script (LAYOUT_FLAGS); deployment.json keeps it
+        layout = {**page_layout(inst["argv"], req.release), "stamp": f"{inst['storage_dir']}/{LAYOUT_STAMP}"}
+        inst["storage_layout"] = storage["instances"][inst["name"]]["layout"] = layout
     return storage
 
 

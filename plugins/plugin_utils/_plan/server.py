@@ -177,9 +177,42 @@ def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python:
         executables = [{"path": python, "what": f"the {engine} server's Python (sglang_python)",
                         "fix": "point sglang_python at an existing installation, or set sglang_install: true"}]
     spec: dict[str, Any] = {"ports": ports, "files": files, "executables": executables}
+    page_hash_checks(spec, plan, engine, python if not install else _text(settings.get("venv_python")) or "python3",
+                     missing_ok=install)
+    storage = (plan.get("hicache_storage") or {}).get("instances") or {}
+    if storage:  # server_files makes each instance's folder of pages: where it can
+        spec["folders"] = [{"path": item["dir"], "what": f"the HiCache storage folder of {name}",
+                            "fix": "give sglang_hicache_storage.path on a writable file system"}
+                           for name, item in storage.items()]
     if install and packages:
         spec["packages"] = {"venv": packages["venv"], "requirements": list(packages["requirements"])}
     return spec
+
+
+def page_hash_checks(spec: dict[str, Any], plan: Mapping[str, Any], engine: str, python: str,
+                     missing_ok: bool = False) -> None:
+    """The storage tier's run-time needs on the host (issue 30): SGLang 0.5.17's file backend hashes
+    pages with a C++ extension that torch compiles at the first prefill (release trait
+    ``page_hash: jit_cpp``), with no Python fallback; a host without a C++ compiler, Python's
+    headers or OpenSSL's kills the scheduler then, after the server counted as ready. So the
+    pre-flight asks for all three before anything changes (the real engine only: the embedded
+    engine compiles nothing). ``python``: the server's (or the venv's base) interpreter."""
+    storage = plan.get("hicache_storage") or {}
+    backend = str(storage.get("backend") or "")
+    tier = ((plan.get("traits") or {}).get("hicache_storage") or {}).get(backend) or {}
+    if engine != "sglang" or tier.get("page_hash") != "jit_cpp":
+        return
+    why = f"SGLang {plan.get('release')} builds its HiCache page-hash extension with it at the first prefill"
+    leave = "or leave sglang_hicache_storage off"
+    spec["executables"].append({"path": "c++", "what": f"a C++ compiler ({why})",
+                                "fix": f"install one (Debian/Ubuntu: apt-get install g++), {leave}"})
+    spec["files"].append({"path": "/usr/include/openssl/sha.h", "what": f"OpenSSL's headers ({why}: <openssl/sha.h>)",
+                          "fix": f"install them (Debian/Ubuntu: apt-get install libssl-dev), {leave}"})
+    probe = ("import os, sys, sysconfig; h = os.path.join(sysconfig.get_paths()['include'], 'Python.h'); "
+             "sys.exit(0 if os.path.exists(h) else 'no ' + h)")
+    spec.setdefault("commands", []).append({
+        "argv": [python, "-c", probe], "what": f"Python's headers ({why}: <Python.h>)", "missing_ok": missing_ok,
+        "fix": f"install them (Debian/Ubuntu: apt-get install python3-dev, for the server's Python version), {leave}"})
 
 
 def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[str, Any] | None,

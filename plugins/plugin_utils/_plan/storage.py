@@ -17,6 +17,8 @@ all (its folder grows until the disk is full): refused.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,30 @@ OPTIONS: dict[str, StorageOption] = {
                                          "`timeout`); empty: the release's default. The write policy, which "
                                          "decides what reaches the tier, is the profile's `hicache.write_policy`"),
 }
+
+
+# What a page's bytes depend on beyond its tokens (its file name has the served model name and the
+# TP rank and size already): the release (0.5.17 changed the host layout's default, and pages are
+# raw bytes without a header), the weights, and the flags that shape a KV page. Pages written
+# under another of these are never reused: the launch script removes them before the server starts.
+LAYOUT_FLAGS = ("--model-path", "--revision", "--served-model-name", "--tp-size", "--pp-size", "--dtype",
+                "--kv-cache-dtype", "--quantization", "--page-size", "--hicache-mem-layout",
+                "--speculative-algorithm", "--speculative-draft-model-path")
+LAYOUT_STAMP = ".llmops-layout"  # in each instance's folder: the digest of the layout its pages have
+
+
+def page_layout(argv: Sequence[str], release: str) -> dict[str, Any]:
+    """An instance's page layout ({release, flag: value}, the flags of LAYOUT_FLAGS it sets) and its
+    digest, which the launch script compares with the folder's stamp."""
+    layout: dict[str, Any] = {"release": release}
+    words = [str(w) for w in argv]
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag in LAYOUT_FLAGS:
+            layout[flag] = value if eq else (words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--")
+                                             else True)
+    digest = hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:16]
+    return {"of": layout, "digest": digest}
 
 
 # Flags the plan renders while the tier is on (sglang_extra_args may not set them then), and what

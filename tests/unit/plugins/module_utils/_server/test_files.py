@@ -81,6 +81,34 @@ def test_the_storage_tiers_folder_is_made_once_and_restarts_nothing(tmp_path: Pa
     assert again.restart == [] and again.changed == [] and (folder / "page.bin").exists()
 
 
+def test_the_launch_script_keeps_pages_of_its_layout_and_removes_others(tmp_path: Path) -> None:
+    """The plan's storage_layout (its digest) against the folder's stamp, checked each time the
+    server starts: the same layout keeps the pages (a warm restart), another removes them first."""
+    base, folder = tmp_path / "sglang", tmp_path / "kv" / "gpu0"
+
+    def inst(digest: str) -> dict[str, Any]:
+        layout = {"of": {"release": "0.5.17"}, "digest": digest, "stamp": str(folder / ".llmops-layout")}
+        return dict(_inst(base, "gpu0"), storage_dir=str(folder), storage_layout=layout)
+
+    def start() -> str:  # the launch script up to its exec
+        return subprocess.run(["bash", "-c", f"sed 's/^exec /echo /' {base}/gpu0/launch.sh | bash"],
+                              capture_output=True, text=True, check=True).stdout
+
+    assert "llmops-layout" not in launch_text(_inst(base, "gpu0"), profile="p", release="r", engine="e", python="/p")
+    _write(base, [inst("aaaa")])
+    start()
+    assert (folder / ".llmops-layout").read_text() == "aaaa\n"
+    (folder / "p1_m_0_1.bin").write_bytes(b"kv")
+    (folder / "notes.txt").write_text("not a page")
+    start()  # restarted, same layout: the pages stay
+    assert (folder / "p1_m_0_1.bin").exists()
+    changed = _write(base, [inst("bbbb")])  # another layout: the script changed, the instance restarts
+    assert changed.restart == ["gpu0"]
+    start()
+    assert not (folder / "p1_m_0_1.bin").exists() and (folder / "notes.txt").exists()
+    assert (folder / ".llmops-layout").read_text() == "bbbb\n"
+
+
 def test_log_is_created_once_and_never_touched(tmp_path: Path) -> None:
     base = tmp_path / "sglang"
     _write(base, [_inst(base, "gpu0")])

@@ -7,6 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
+import pytest
+
 from ansible_collections.llmops.sglang.plugins.module_utils._server import preflight as pf
 
 
@@ -234,3 +236,19 @@ def test_packages_current_only_for_exact_pins_the_venv_holds(tmp_path: Path) -> 
     assert pf.packages_current(str(tmp_path / "no-venv"), ["aiohttp==3.9.5"]) is False
     (venv / "bin" / "python").unlink()  # a venv without its Python is not one pip would leave alone
     assert pf.packages_current(str(venv), ["aiohttp==3.9.5"]) is False
+
+
+def test_a_folder_the_run_makes_must_be_makeable_where_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HiCache storage folders: the folder, or the closest one above it that exists, writable on a
+    read-write mount (server_files makes it); a file in the way is named."""
+    (tmp_path / "file").write_text("x")
+    folders = [{"path": str(tmp_path / "kv" / "gpu0"), "what": "the HiCache storage folder of gpu0", "fix": "move it"},
+               {"path": str(tmp_path), "what": "storage"},
+               {"path": str(tmp_path / "file" / "gpu0"), "what": "storage"}]
+    assert pf.check_folders(folders) == [f"storage {tmp_path / 'file' / 'gpu0'}: {tmp_path / 'file'} is a file, "
+                                         "not a folder"]
+    # a folder this user may not write (root writes anywhere, so the answer is given here)
+    monkeypatch.setattr(pf.os, "access", lambda path, mode: False)
+    assert pf.check_folders(folders[:1]) == [
+        f"the HiCache storage folder of gpu0 {tmp_path / 'kv' / 'gpu0'} (it does not exist yet; {tmp_path} would "
+        "hold it) is not writable by this user: move it"]

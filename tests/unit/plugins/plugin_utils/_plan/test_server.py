@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +158,29 @@ def test_preflight_spec_from_a_plan() -> None:
     hub = preflight_spec(dict(plan, model={"path": "Qwen/Qwen3-8B"}), {"engine": "sglang"},
                          python="/v/bin/python", install=True)
     assert hub["files"] == [] and hub["executables"][0]["path"] == "python3"
+
+
+def test_preflight_asks_for_what_the_storage_tiers_page_hash_compiles_with() -> None:
+    """SGLang 0.5.17's file backend compiles its page-hash extension at the first prefill (no
+    Python fallback): the real engine's pre-flight asks for a compiler and the headers first."""
+    plan = {"model": {"path": "/models/m"}, "release": "0.5.17", "instances": [{"name": "gpu0", "port": 30000}],
+            "hicache_storage": {"backend": "file"},
+            "traits": {"hicache_storage": {"file": {"page_hash": "jit_cpp"}}}}
+    spec = preflight_spec(plan, {"engine": "sglang"}, python="/v/bin/python", install=False)
+    assert [e["path"] for e in spec["executables"]] == ["/v/bin/python", "c++"]
+    assert "/usr/include/openssl/sha.h" in [f["path"] for f in spec["files"]]
+    (probe,) = spec["commands"]
+    assert probe["argv"][0] == "/v/bin/python" and "Python.h" in probe["argv"][2] and not probe["missing_ok"]
+    assert "apt-get install python3-dev" in probe["fix"] and "leave sglang_hicache_storage off" in probe["fix"]
+    # the probe itself: this interpreter's headers, as the check runs it
+    done = subprocess.run([sys.executable, "-c", probe["argv"][2]], capture_output=True, text=True, check=False)
+    assert done.returncode == (0 if Path(sysconfig.get_paths()["include"], "Python.h").exists() else 1)
+    # the embedded engine compiles nothing; 0.5.10 hashes in Python; no tier, no checks
+    for engine, tier in (("sim", "jit_cpp"), ("sglang", "python")):
+        other = dict(plan, traits={"hicache_storage": {"file": {"page_hash": tier}}})
+        assert "commands" not in preflight_spec(other, {"engine": engine}, python="/p", install=False)
+    assert "commands" not in preflight_spec(dict(plan, hicache_storage=None), {"engine": "sglang"}, python="/p",
+                                            install=False)
 
 
 def test_preflight_spec_asks_for_the_packages_only_when_the_role_installs() -> None:

@@ -92,3 +92,34 @@ def test_the_running_instances_cap_is_kept_by_a_rerun(h200x2_facts: dict[str, An
     later_facts["hicache_storage_running"] = {"root": ROOT, "caps": caps}
     again = _plan(later_facts, configs, hicache_storage={"backend": "file"})
     assert [i["env"] for i in again["instances"]] == [i["env"] for i in first["instances"]]
+
+
+def test_each_instance_carries_its_page_layout_and_what_changes_it(h200x2_facts: dict[str, Any],
+                                                                   configs: dict[str, Any]) -> None:
+    """The launch script compares the layout's digest with the folder's stamp (_server/files.py):
+    stable across re-plans, changed by what shapes a page (KV dtype, release, model), not by what
+    does not (the port, the prefetch policy)."""
+    facts = _with_disk(h200x2_facts)
+
+    def digest(**kwargs: Any) -> str:
+        kwargs.setdefault("hicache_storage", {"backend": "file"})
+        plan = _plan(facts, configs, **kwargs)
+        inst = plan["instances"][0]
+        layout = inst["storage_layout"]
+        assert layout == plan["hicache_storage"]["instances"]["gpu0"]["layout"]  # deployment.json keeps it
+        assert layout["stamp"] == f"{ROOT}/gpu0/.llmops-layout"
+        return str(layout["digest"])
+
+    first = digest()
+    assert digest() == first
+    assert digest(hicache_storage={"backend": "file", "prefetch_policy": "best_effort"}) == first
+    assert digest(base_port=31000) == first
+    assert digest(extra_args={"kv-cache-dtype": "fp8_e4m3"}) != first
+    assert digest(release="0.5.23") != first
+
+
+def test_page_layout_reads_both_forms_of_a_flag() -> None:
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import page_layout
+    spaced = page_layout(["--model-path", "/m", "--tp-size", "2", "--port", "1", "--enable-metrics"], "0.5.17")
+    joined = page_layout(["--model-path=/m", "--tp-size=2", "--port=2"], "0.5.17")
+    assert spaced == joined and spaced["of"] == {"release": "0.5.17", "--model-path": "/m", "--tp-size": "2"}
