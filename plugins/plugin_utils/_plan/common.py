@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._shared.models import ARCH_KINDS
@@ -89,3 +89,18 @@ def render(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def flag_values(argv: Sequence[Any]) -> dict[str, str | None]:
+    """``--flag value ...`` (or ``--flag=value``) -> {flag: value (the words up to the next flag),
+    or None for a switch}: the one reading of a rendered command line (the summary's changes, the
+    storage tier's page layout)."""
+    out: dict[str, str | None] = {}
+    flag = ""
+    for word in (str(w) for w in argv):
+        if word.startswith("--"):
+            flag, eq, value = word.partition("=")
+            out[flag] = value if eq else None
+        elif flag:
+            out[flag] = word if out[flag] is None else f"{out[flag]} {word}"
+    return out

@@ -23,7 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import GB, GIB, PlanError, gb
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import (
+    GB,
+    GIB,
+    PlanError,
+    flag_values,
+    gb,
+)
 
 MIN_INSTANCE_BYTES = GB  # less than this per instance caches too few pages to be worth the writes
 BACKENDS = ("file",)
@@ -73,13 +79,9 @@ LAYOUT_STAMP = ".llmops-layout"  # in each instance's folder: the digest of the 
 def page_layout(argv: Sequence[str], release: str) -> dict[str, Any]:
     """An instance's page layout ({release, flag: value}, the flags of LAYOUT_FLAGS it sets) and its
     digest, which the launch script compares with the folder's stamp."""
+    given = flag_values(argv)
     layout: dict[str, Any] = {"release": release}
-    words = [str(w) for w in argv]
-    for i, word in enumerate(words):
-        flag, eq, value = word.partition("=")
-        if flag in LAYOUT_FLAGS:
-            layout[flag] = value if eq else (words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--")
-                                             else True)
+    layout.update({flag: True if value is None else value for flag, value in given.items() if flag in LAYOUT_FLAGS})
     digest = hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:16]
     return {"of": layout, "digest": digest}
 

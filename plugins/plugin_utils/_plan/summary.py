@@ -17,25 +17,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server import manifest as _manifest
-
-
-def _flags(argv: Sequence[Any]) -> dict[str, str | None]:
-    """``--flag value ...`` -> {flag: value (the words up to the next flag), or None for a switch}."""
-    out: dict[str, str | None] = {}
-    flag = ""
-    for word in (str(w) for w in argv):
-        if word.startswith("--"):
-            flag = word
-            out[flag] = None
-        elif flag:
-            out[flag] = word if out[flag] is None else f"{out[flag]} {word}"
-    return out
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import flag_values
 
 
 def argv_changes(old: Sequence[Any], new: Sequence[Any]) -> list[str]:
     """The flags that differ between two command lines, in the new one's order, then the ones
     dropped: ``--flag a -> b``, ``+ --flag b`` (added), ``- --flag a`` (removed)."""
-    before, after = _flags(old), _flags(new)
+    before, after = flag_values(old), flag_values(new)
 
     def shown(flag: str, value: str | None) -> str:
         return flag if value is None else f"{flag} {value}"
