@@ -60,7 +60,17 @@ $(STAMP): $(REQS)
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-setup: $(STAMP)
+# The test venvs' bytecode cache for what Python imports out of AnsiballZ zips (every module run
+# compiled ansible-core's module_utils again: tools/zipimport_cache.py, docs/DEVELOPING.md).
+ZIPIMPORT_CACHE := $(VENV)/.installed-zipimport-cache
+$(ZIPIMPORT_CACHE): tools/zipimport_cache.py $(STAMP)
+	site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  install -m 644 tools/zipimport_cache.py "$$site/_llmops_zipimport_cache.py"; \
+	  $(PY) -m py_compile "$$site/_llmops_zipimport_cache.py"; \
+	  echo 'import _llmops_zipimport_cache; _llmops_zipimport_cache.install()' > "$$site/llmops_zipimport_cache.pth"
+	touch $@
+
+setup: $(STAMP) $(ZIPIMPORT_CACHE)
 	@$(PY) -c "import ansible, sys; print('ansible-core', ansible.__version__, 'on Python', sys.version.split()[0])"
 
 $(ROUTER_STAMP): requirements-router.txt
