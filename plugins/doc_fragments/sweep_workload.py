@@ -41,6 +41,16 @@ options:
       - Seconds the server may wait for idle before it flushes (its C(timeout) query).
     type: float
     default: 60.0
+  clear_storage:
+    description:
+      - Before each measured level (after the flush), C(POST /hicache/storage-backend/clear), the
+        endpoint every pinned release has (its trait C(hicache_storage_clear)), so HiCache's storage
+        tier (the server role's C(sglang_hicache_storage)) starts empty too; without it a level reads
+        the pages earlier levels and runs wrote. A server without HiCache answers 400 (a warning, as
+        a failed flush; one with HiCache and no storage tier has nothing to clear and answers 200);
+        the point's C(cache_state.clear_storage) says what it answered.
+    type: bool
+    default: false
   warm:
     description:
       - Before each measured level (after the flush), send each shared prefix of a

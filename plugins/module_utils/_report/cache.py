@@ -1,8 +1,9 @@
 # Copyright: llmops.sglang contributors
 # Apache-2.0 (see LICENSE)
 """The workload line and the "Prefix cache" table of an instance: per level, the cache state the
-sweep set (flushed, prefixes warmed), the server's hit rates from its /metrics (all, device,
-HiCache host) and the hits the responses reported (``cached_tokens``).
+sweep set (flushed, the storage tier cleared, prefixes warmed), the server's hit rates from its
+/metrics (all, device, HiCache host, the storage tier) and the hits the responses reported
+(``cached_tokens``). The storage columns are there when a level has a storage tier.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def workload_line(sweep: dict[str, Any]) -> str | None:
     if work.get("kind") == "random" and not extra:
         return None
     settings = ", ".join(f"{k} {v}" for k, v in extra.items())
-    cache = [name for name in ("flush_cache", "warm") if dig(sweep, f"options.{name}")]
+    cache = [name for name in ("flush_cache", "clear_storage", "warm") if dig(sweep, f"options.{name}")]
     return (f"Workload: {work.get('kind')}" + (f" ({settings})" if settings else "")
             + f", seed {work.get('seed')}" + (f"; {' and '.join(cache)} before each level" if cache else "") + ".")
 
@@ -41,7 +42,7 @@ def _flag(state: Any, key: str) -> str:
     part = state.get(key) if isinstance(state, dict) else None
     if not isinstance(part, dict):
         return MISSING
-    if key == "flush":
+    if key in ("flush", "clear_storage"):
         return "yes" if part.get("ok") else f"failed ({part.get('status')})"
     return f"{part.get('ok')}/{part.get('requests')}"
 
@@ -56,17 +57,27 @@ def render_cache_table(sweep: dict[str, Any]) -> str | None:
               if p.get("cache_state") or dig(p, "client_cache.requests") or dig(p, "server_metrics.cache_hit_rate")]
     if not points:
         return None
-    lines = [md_row(level_header(CACHE_HEADER, points)), md_row(["---"] * len(CACHE_HEADER))]
+    cleared = any(isinstance(dig(p, "cache_state.clear_storage"), dict) for p in points)
+    storage = any(dig(p, "server_metrics.cache_hit_rate_storage") is not None for p in points)
+    header = [h for h in CACHE_HEADER]
+    if cleared:
+        header.insert(header.index("flushed") + 1, "storage cleared")
+    if storage:
+        header.insert(header.index("host hit") + 1, "storage hit")
+    lines = [md_row(level_header(tuple(header), points)), md_row(["---"] * len(header))]
     for point in points:
         server = point.get("server_metrics") or {}
         client = point.get("client_cache") or {}
+        state = point.get("cache_state")
         lines.append(md_row([
             level_cell(point),
-            _flag(point.get("cache_state"), "flush"),
-            _flag(point.get("cache_state"), "warm"),
+            _flag(state, "flush"),
+            *([_flag(state, "clear_storage")] if cleared else []),
+            _flag(state, "warm"),
             _rate(server.get("cache_hit_rate")),
             _rate(server.get("cache_hit_rate_device")),
             _rate(server.get("cache_hit_rate_host")),
+            *([_rate(server.get("cache_hit_rate_storage"))] if storage else []),
             _rate(client.get("cache_hit_rate")),
             fmt(client.get("cached_tokens"), 0) if client.get("requests") else MISSING,
         ]))

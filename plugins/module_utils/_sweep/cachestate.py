@@ -17,21 +17,33 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.trace import Trace
 
 FLUSH_PATH = "/flush_cache"
+# HiCache's storage tier: the current path in every pinned release (data/releases.json
+# hicache_storage_clear; tests/unit/plugins/module_utils/_sweep/test_workloads.py holds them together)
+CLEAR_STORAGE_PATH = "/hicache/storage-backend/clear"
+CLEAR_STORAGE_TIMEOUT = 120.0  # seconds: the release deletes the folder's page files before it answers
 WARM_IN_FLIGHT = 16  # warm-up prefixes sent at once
 
 
 async def flush(session: Any, url: str, timeout: float) -> dict[str, Any]:
     """Flush the server's cache: ``{"ok", "status", "message", "seconds"}``; never raises (a
     failure is reported in the result, with what the server said)."""
+    return await _post(session, f"{url}{FLUSH_PATH}", {"timeout": f"{timeout:g}"}, timeout + 30.0)
+
+
+async def clear_storage(session: Any, url: str) -> dict[str, Any]:
+    """Clear the server's HiCache storage tier, as ``flush`` reports."""
+    return await _post(session, f"{url}{CLEAR_STORAGE_PATH}", None, CLEAR_STORAGE_TIMEOUT)
+
+
+async def _post(session: Any, url: str, params: dict[str, str] | None, timeout: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     status: int | None = None
     try:
-        async with session.post(f"{url}{FLUSH_PATH}", params={"timeout": f"{timeout:g}"},
-                                timeout=_client_timeout(timeout + 30.0)) as resp:
+        async with session.post(url, params=params, timeout=_client_timeout(timeout)) as resp:
             status = resp.status
             message = (await resp.text())[:200].strip()
     except TIMEOUTS:
-        message = f"no answer within {timeout + 30.0:g}s"
+        message = f"no answer within {timeout:g}s"
     except Exception as exc:  # noqa: BLE001 - any client error is reported, not raised
         message = f"{type(exc).__name__}: {exc}"
     return {"ok": status == 200, "status": status, "message": message,
@@ -54,6 +66,22 @@ def flush_warning(concurrency: int, result: dict[str, Any], timeout: float) -> s
     answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
     return (f"C={concurrency}: POST {FLUSH_PATH} failed ({answer}: {result['message']}); "
             f"the level ran with the cache as the previous level left it: {hint}")
+
+
+def clear_storage_warning(concurrency: int, result: dict[str, Any]) -> str:
+    """The warning of a storage clear that failed, with what to do."""
+    if result["status"] == 400:
+        hint = "the server runs without HiCache, so it has no storage tier: leave clear_storage off for it"
+    elif result["status"] in (404, 405):
+        hint = (f"this server has no {CLEAR_STORAGE_PATH} (a router in front? clear each engine, or leave "
+                "clear_storage off)")
+    elif result["status"] in (401, 403):
+        hint = "the server wants its API key (api_key)"
+    else:
+        hint = "is the server up?"
+    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
+    return (f"C={concurrency}: POST {CLEAR_STORAGE_PATH} failed ({answer}: {result['message']}); "
+            f"the level ran with the storage tier as earlier levels left it: {hint}")
 
 
 async def warm(client: Any, prompts: Sequence[str], deadline: float) -> dict[str, Any]:

@@ -309,16 +309,20 @@ class _SweepRun:
         return point, run, deadline
 
     async def prepare_cache(self, concurrency: int) -> dict[str, Any] | None:
-        """Before a measured level: flush the server's cache (``flush_cache``), then send each
-        shared prefix once (``warm``). None when neither is asked."""
+        """Before a measured level: flush the server's cache (``flush_cache``), clear its storage
+        tier (``clear_storage``), then send each shared prefix once (``warm``). None when none is asked."""
         opts = self.opts
-        if not opts.flush_cache and not opts.warm:
+        if not opts.flush_cache and not opts.warm and not opts.clear_storage:
             return None
-        out: dict[str, Any] = {"flush": None, "warm": None}
+        out: dict[str, Any] = {"flush": None, "clear_storage": None, "warm": None}
         if opts.flush_cache:
             out["flush"] = await cachestate.flush(self.session, opts.url, opts.flush_timeout)
             if not out["flush"]["ok"]:
                 self.warnings.append(cachestate.flush_warning(concurrency, out["flush"], opts.flush_timeout))
+        if opts.clear_storage:
+            out["clear_storage"] = await cachestate.clear_storage(self.session, opts.url)  # the session has the key
+            if not out["clear_storage"]["ok"]:
+                self.warnings.append(cachestate.clear_storage_warning(concurrency, out["clear_storage"]))
         prompts = self.client.workload.warm_prompts() if opts.warm and self.client is not None else []
         if opts.warm and not prompts:
             self.warnings.append(f"C={concurrency}: warm is on, but a {opts.workload and opts.workload.get('kind')} "

@@ -34,6 +34,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'workload': {'type': 'dict'},
     'flush_cache': {'type': 'bool', 'default': False},
     'flush_timeout': {'type': 'float', 'default': 60.0},
+    'clear_storage': {'type': 'bool', 'default': False},
     'warm': {'type': 'bool', 'default': False},
     'url': {'type': 'str', 'required': True},
     'api': {'type': 'str', 'choices': ['openai', 'native'], 'default': 'openai'},
@@ -88,6 +89,7 @@ class DeclaredOptions:
     workload: dict[str, Any] | None = None
     flush_cache: bool = False
     flush_timeout: float = 60.0
+    clear_storage: bool = False
     warm: bool = False
     api: str = 'openai'
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 8, 16, 32, 48])

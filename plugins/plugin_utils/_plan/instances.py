@@ -6,7 +6,7 @@ host's settings."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -255,6 +255,7 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
         "instances": instances,
         "hicache": st.hicache,
         "hicache_storage": storage,
+        "hicache_storage_clear": storage_clear(storage, instances),
         "warnings": warnings,
     }
 
@@ -282,6 +283,15 @@ def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, tr
         layout = {**page_layout(inst["argv"], req.release), "stamp": f"{inst['storage_dir']}/{LAYOUT_STAMP}"}
         inst["storage_layout"] = storage["instances"][inst["name"]]["layout"] = layout
     return storage
+
+
+def storage_clear(storage: Mapping[str, Any] | None, instances: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Where sglang_hicache_storage_clear clears each running tier: every rank 0's (it serves the
+    API) URL of the release's endpoint; none without a tier."""
+    if not storage:
+        return []
+    return [{"name": str(inst["name"]), "url": f"{inst['connect_url']}{storage['clear_path']}"}
+            for inst in instances if inst.get("rank0", True)]
 
 
 def instance_plan(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:

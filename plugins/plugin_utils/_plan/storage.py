@@ -175,6 +175,17 @@ def _file_traits(release: str, traits: Mapping[str, Any], backend: str) -> Mappi
     return found
 
 
+def clear_path(release: str, traits: Mapping[str, Any]) -> str:
+    """The release's endpoint that clears a running server's storage tier (its trait
+    ``hicache_storage_clear``: path -> methods), by POST; the first one listed is the current one,
+    later ones are deprecated aliases."""
+    for path, methods in (traits.get("hicache_storage_clear") or {}).items():
+        if "POST" in methods:
+            return str(path)
+    raise PlanError(f"sglang_hicache_storage on release {release}: the release has no endpoint that clears a "
+                    "running server's storage tier (trait hicache_storage_clear): leave the storage tier off")
+
+
 def _checked(request: StorageRequest, instances: Sequence[StorageInstance]) -> None:
     if not instances:
         raise PlanError("sglang_hicache_storage: no instance to give a storage tier to")
@@ -280,6 +291,7 @@ def storage_plan(request: StorageRequest, *, instances: Sequence[StorageInstance
     total = sum(item["cap_bytes"] for item in planned.values())
     return {
         "backend": request.backend, "root": request.root, "instances": planned, "flags": flags,
+        "clear_path": clear_path(release, traits),
         "filesystem": {key: facts.get(key) for key in FILESYSTEM_KEYS},
         "usable_bytes": usable, "reserve_bytes": reserve, "cap_bytes_total": total,
         "reasoning": reasoning + [f"the tier may hold {gb(total)} on this host; {gb(max(usable - total, 0))} of the "

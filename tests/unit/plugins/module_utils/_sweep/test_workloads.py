@@ -310,3 +310,56 @@ def test_client_cache_counts_only_requests_that_reported_both() -> None:
     assert cachestate.client_cache(traces) == {"requests": 2, "prompt_tokens": 400, "cached_tokens": 60,
                                                "cache_hit_rate": 0.15}
     assert cachestate.client_cache([])["cache_hit_rate"] is None
+
+
+def test_a_restarted_engine_serves_the_prefixes_from_its_storage_tier_until_clear_storage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm restart the storage tier buys, as the sweep reports it: a level writes each prefix's
+    pages to the tier; a restarted server (empty device and host pools, the same folder) reads them
+    back (the storage share of the hits, the tokens prefetched); ``clear_storage`` empties the tier
+    before a level, so that level reads nothing from it; a server without HiCache refuses (400)."""
+    from .helpers import engine_process
+
+    monkeypatch.setenv("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", str(tmp_path / "gpu0"))
+    shared = {"kind": "shared_prefix", "groups": 4, "prompts_per_group": 1, "prefix_len": 1024, "suffix_len": 16,
+              "order": "grouped", "output_len": 4}
+
+    def sweep(base: str, **options: Any) -> dict[str, Any]:
+        return sw.run_sweep(sw.SweepOptions(url=base, api="native", concurrency=[2], requests=4, warmup=0,
+                                            level_warmup=False, workload=shared, seed=5, flush_cache=True,
+                                            return_records=False, **options))
+
+    tier = ("--hicache-storage-backend", "file")
+    with engine_process(tmp_path / "first.log", *tier, scale=0.01) as base:
+        cold = sweep(base)["points"][0]
+    with engine_process(tmp_path / "restarted.log", *tier, scale=0.01) as base:
+        warm = sweep(base)["points"][0]
+        cleared = sweep(base, clear_storage=True)
+    for point in (cold, warm):
+        assert point["status"] == "ok" and point["cache_state"]["clear_storage"] is None
+    assert cold["server_metrics"]["cache_hit_rate_storage"] == 0
+    assert cold["server_metrics"]["storage_backuped_tokens"] >= 4 * 1024
+    assert warm["server_metrics"]["cache_hit_rate_storage"] > 0.5, warm["server_metrics"]
+    assert warm["server_metrics"]["storage_prefetched_tokens"] >= 4 * 1024
+    assert warm["client_cache"]["cache_hit_rate"] >= warm["server_metrics"]["cache_hit_rate_storage"] - 0.01
+    point = cleared["points"][0]
+    assert point["cache_state"]["clear_storage"]["ok"] and point["cache_state"]["clear_storage"]["status"] == 200
+    assert point["server_metrics"]["cache_hit_rate_storage"] == 0
+    assert not [w for w in cleared["warnings"] if "storage-backend/clear" in w]
+    assert cleared["options"]["clear_storage"] is True
+    # the report's "Prefix cache" table: the restart's storage hits, the cleared level's none
+    from ansible_collections.llmops.sglang.plugins.module_utils._report.cache import render_cache_table
+
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in render_cache_table({"points": [warm]}).splitlines()]
+    assert float(rows[2][rows[0].index("storage hit")].rstrip("%")) > 50
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in render_cache_table(cleared).splitlines()]
+    assert rows[2][rows[0].index("storage cleared")] == "yes" and rows[2][rows[0].index("storage hit")] == "0.0%"
+
+    from . import helpers as ts
+
+    start = ts.ENGINE_ARGV.index("--enable-hierarchical-cache")
+    monkeypatch.setattr(ts, "ENGINE_ARGV", ts.ENGINE_ARGV[:start] + ts.ENGINE_ARGV[start + len(HICACHE_FLAGS):])
+    with engine_process(tmp_path / "plain.log", scale=0.01) as base:
+        refused = sweep(base, clear_storage=True)
+    assert refused["points"][0]["cache_state"]["clear_storage"]["status"] == 400
+    assert any("runs without HiCache" in w for w in refused["warnings"]), refused["warnings"]

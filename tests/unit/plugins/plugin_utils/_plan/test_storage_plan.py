@@ -14,6 +14,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
     validate_plan,
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import GIB
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import clear_path
 
 ROOT = "/opt/sglang/hicache-storage"
 
@@ -45,13 +46,37 @@ def test_each_instance_gets_its_folder_its_cap_and_the_release_flags(h200x2_fact
         assert inst["env"]["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == f"{ROOT}/{inst['name']}"
         assert inst["env"]["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] == str(each)  # TP 1: one rank owns its files
     assert tier["cap_bytes_total"] == 2 * each and tier["reasoning"]
+    # sglang_hicache_storage_clear: each instance's URL of the release's current endpoint
+    assert plan["hicache_storage_clear"] == [{"name": i["name"], "url": f"{i['connect_url']}/hicache/storage-backend/clear"}
+                                             for i in plan["instances"]]
     validate_plan(plan)  # the flags are 0.5.17's
 
 
 def test_without_the_tier_nothing_is_rendered(h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
     plan = _plan(_with_disk(h200x2_facts), configs, hicache_storage={})
-    assert plan["hicache_storage"] is None
+    assert plan["hicache_storage"] is None and plan["hicache_storage_clear"] == []
     assert not any("--hicache-storage-backend" in i["argv"] for i in plan["instances"])
+
+
+def test_a_write_policy_through_extra_args_goes_over_the_profiles_with_the_tier_on(
+        h200x2_facts: dict[str, Any], configs: dict[str, Any]) -> None:
+    """How tune deploys a storage candidate with its own write policy (_tune.candidate_vars)."""
+    plan = _plan(_with_disk(h200x2_facts), configs, hicache_storage={"backend": "file"},
+                 extra_args={"--hicache-write-policy": "write_back"})
+    for inst in plan["instances"]:
+        argv = inst["argv"]
+        assert argv.count("--hicache-write-policy") == 1 and argv[argv.index("--hicache-write-policy") + 1] == "write_back"
+        assert argv[argv.index("--hicache-storage-backend") + 1] == "file"
+    validate_plan(plan)
+
+
+def test_the_clear_endpoint_is_the_releases_current_post_path_and_a_release_without_one_is_refused() -> None:
+    both = {"hicache_storage_clear": {"/hicache/storage-backend/clear": ["POST"],
+                                      "/clear_hicache_storage_backend": ["GET", "POST"]}}
+    assert clear_path("0.5.17", both) == "/hicache/storage-backend/clear"
+    assert clear_path("x", {"hicache_storage_clear": {"/old": ["GET"], "/new": ["POST"]}}) == "/new"
+    with pytest.raises(PlanError, match="no endpoint that clears a running server's storage tier"):
+        clear_path("0.5.9", {})
 
 
 def test_a_warning_of_the_sizing_reaches_the_plans_warnings(h200x2_facts: dict[str, Any],
