@@ -19,9 +19,13 @@ from ansible_collections.llmops.sglang.plugins.module_utils._bench.capacity impo
 from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import clean, find_knee, find_peak
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import load_profiles
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import OPTIONS as STORAGE_OPTIONS
 
 CLASS_PREFIX = "sglang_tune_class_"
-SPACE_KEYS = ("profiles", "max_running_requests", "hicache_size_gb", "speculative")
+# a storage candidate's HiCache write policy (what reaches the tier): over the profile's, as the
+# speculative numbers are (sglang_extra_args); the release's flag schema checks the value
+WRITE_POLICY_FLAG = "--hicache-write-policy"
+SPACE_KEYS = ("profiles", "max_running_requests", "hicache_size_gb", "speculative", "hicache_storage")
 SPEC_KEYS = ("steps", "draft_tokens")
 SPEC_FLAGS = {"steps": "--speculative-num-steps", "draft_tokens": "--speculative-num-draft-tokens"}
 
@@ -159,7 +163,24 @@ def _spec_list(space: Mapping[str, Any]) -> list[dict[str, int]]:
     return out or [{}]
 
 
-def _label(profile: str, mrr: int, size: int, spec: Mapping[str, int]) -> str:
+def _storage_list(space: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``hicache_storage``: each a ``sglang_hicache_storage`` ({} = no storage tier) with, optionally,
+    ``write_policy`` (the HiCache write policy the candidate runs with: what reaches the tier)."""
+    values = space.get("hicache_storage", [{}])
+    values = values if isinstance(values, list) else [values]
+    allowed = {*STORAGE_OPTIONS, "write_policy"}
+    out: list[dict[str, Any]] = []
+    for value in values:
+        if not isinstance(value, Mapping) or set(value) - allowed or (value and not value.get("backend")):
+            raise TuneError(f"sglang_tune_space.hicache_storage: {value!r} must be {{}} (no storage tier) or a "
+                            f"sglang_hicache_storage with a backend (keys: {', '.join(sorted(allowed))}), e.g. "
+                            "[{}, {backend: file}, {backend: file, write_policy: write_back}]")
+        if dict(value) not in out:
+            out.append(dict(value))
+    return out or [{}]
+
+
+def _label(profile: str, mrr: int, size: int, spec: Mapping[str, int], storage: Mapping[str, Any]) -> str:
     parts = [profile]
     if mrr:
         parts.append(f"mrr={mrr}")
@@ -167,13 +188,16 @@ def _label(profile: str, mrr: int, size: int, spec: Mapping[str, int]) -> str:
         parts.append(f"hicache={size}GB")
     if spec:
         parts.append(f"spec={spec.get('steps', '-')}/{spec.get('draft_tokens', '-')}")
+    if storage:
+        policy = f"/{storage['write_policy']}" if storage.get("write_policy") else ""
+        parts.append(f"storage={storage['backend']}{policy}")
     return " ".join(parts)
 
 
 def candidates(space: Mapping[str, Any], user_profiles: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every candidate of the space, in its order (profiles outermost). The HiCache size varies
-    only for profiles with HiCache, the speculative numbers only for speculative ones: other
-    combinations would deploy the same server twice."""
+    """Every candidate of the space, in its order (profiles outermost). The HiCache size and the
+    storage tier vary only for profiles with HiCache, the speculative numbers only for speculative
+    ones: other combinations would deploy the same server twice."""
     if not isinstance(space, Mapping):
         raise TuneError(f"sglang_tune_space must be a dict with keys {', '.join(SPACE_KEYS)}, not {space!r}")
     unknown = sorted(set(space) - set(SPACE_KEYS))
@@ -190,30 +214,41 @@ def candidates(space: Mapping[str, Any], user_profiles: Mapping[str, Any] | None
         raise TuneError(f"sglang_tune_space.profiles: {bad or names!r} must name profiles (valid: "
                         f"{', '.join(sorted(profiles))})")
     mrrs, sizes, specs = _int_list(space, "max_running_requests"), _int_list(space, "hicache_size_gb"), _spec_list(space)
+    storages = _storage_list(space)
     out: list[dict[str, Any]] = []
     for name in dict.fromkeys(names):
         prof = profiles[name]
         has_hicache = bool((prof.get("hicache") or {}).get("enabled"))
-        for mrr, size, spec in itertools.product(mrrs, sizes if has_hicache else [0],
-                                                 specs if prof.get("speculative") else [{}]):
-            out.append({"index": len(out), "label": _label(name, mrr, size, spec), "profile": name,
-                        "max_running_requests": mrr, "hicache_size_gb": size, "speculative": dict(spec)})
+        for mrr, size, spec, storage in itertools.product(mrrs, sizes if has_hicache else [0],
+                                                          specs if prof.get("speculative") else [{}],
+                                                          storages if has_hicache else [{}]):
+            out.append({"index": len(out), "label": _label(name, mrr, size, spec, storage), "profile": name,
+                        "max_running_requests": mrr, "hicache_size_gb": size, "speculative": dict(spec),
+                        "hicache_storage": dict(storage)})
     return out
 
 
 def candidate_vars(candidate: Mapping[str, Any], extra_args: Any = None) -> dict[str, Any]:
     """The server role's variables that deploy ``candidate`` (and, written back, the winner).
-    Speculative steps and draft tokens go through sglang_extra_args over the profile's flags,
-    the user's own extra_args kept."""
+    Speculative steps and draft tokens, and a storage candidate's write policy, go through
+    sglang_extra_args over the profile's flags, the user's own extra_args kept. A candidate with a
+    storage tier clears it once deployed (sglang_hicache_storage_clear): each one is measured from
+    an empty tier, never on the pages an earlier candidate wrote."""
     args: Any = dict(extra_args) if isinstance(extra_args, Mapping) else list(extra_args or [])
-    for key, value in (candidate.get("speculative") or {}).items():
+    storage = dict(candidate.get("hicache_storage") or {})
+    over = {SPEC_FLAGS[key]: value for key, value in (candidate.get("speculative") or {}).items()}
+    if storage.get("write_policy"):
+        over[WRITE_POLICY_FLAG] = storage.pop("write_policy")
+    for flag, value in over.items():
         if isinstance(args, dict):
-            args[SPEC_FLAGS[key]] = value
+            args[flag] = value
         else:
-            args += [SPEC_FLAGS[key], str(value)]
+            args += [flag, str(value)]
     return {"sglang_profile": candidate["profile"],
             "sglang_max_running_requests": int(candidate.get("max_running_requests") or 0),
             "sglang_hicache_size_gb": int(candidate.get("hicache_size_gb") or 0),
+            "sglang_hicache_storage": storage,
+            "sglang_hicache_storage_clear": bool(storage),
             "sglang_extra_args": args}
 
 
@@ -528,6 +563,7 @@ def tuned_fact(choice: Mapping[str, Any], class_name: str, representative: str, 
             "max_running_requests": win["candidate"]["max_running_requests"],
             "hicache_size_gb": win["candidate"]["hicache_size_gb"],
             "speculative": win["candidate"]["speculative"],
+            "hicache_storage": win["candidate"].get("hicache_storage") or {},
             "score_tok_s": win["score"].get("tok_s"), "at_concurrency": win["score"]["concurrency"],
             "score": score_value(win), "score_unit": win["score"].get("unit", "tok/s"),
             "score_req_s": win["score"].get("req_s"),
@@ -552,7 +588,9 @@ def vars_file(fact: Mapping[str, Any], candidate: Mapping[str, Any], extra_args:
     body: dict[str, Any] = {"profile": deploy["sglang_profile"],
                             "sglang_max_running_requests": deploy["sglang_max_running_requests"],
                             "sglang_hicache_size_gb": deploy["sglang_hicache_size_gb"]}
-    if candidate.get("speculative"):
+    if candidate.get("hicache_storage"):
+        body["sglang_hicache_storage"] = deploy["sglang_hicache_storage"]
+    if candidate.get("speculative") or (candidate.get("hicache_storage") or {}).get("write_policy"):
         body["sglang_extra_args"] = deploy["sglang_extra_args"]
     body["sglang_tuned"] = dict(fact)
     header = [

@@ -109,14 +109,14 @@ def render_csv(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], 
     out = csv.writer(buf, lineterminator="\n")
     if header:
         out.writerow(["class", "index", "candidate", "profile", "max_running_requests", "hicache_size_gb", "spec_steps",
-                      "spec_draft_tokens", "status", "server_max_running", "concurrency", "output_tok_s",
+                      "spec_draft_tokens", "hicache_storage", "status", "server_max_running", "concurrency", "output_tok_s",
                       "ttft_p99_ms", "itl_p50_ms", "bound_tok_s", "score_tok_s", "score", "score_unit", "winner", "why"])
     win = ((choice.get("winner") or {}).get("candidate") or {}).get("label")
     for r in results:
         c, sweep = r["candidate"], r.get("sweep") or {}
         spec = c.get("speculative") or {}
         head = [class_name, c["index"] + 1, c["label"], c["profile"], c["max_running_requests"], c["hicache_size_gb"],
-                spec.get("steps", ""), spec.get("draft_tokens", ""), r["status"],
+                spec.get("steps", ""), spec.get("draft_tokens", ""), storage_text(c.get("hicache_storage")), r["status"],
                 (sweep.get("server") or {}).get("max_running_requests", "")]
         sc = r.get("score") or {}
         tail = [(r.get("bound") or {}).get("tok_s", ""), "" if sc.get("tok_s") is None else sc["tok_s"],
@@ -127,6 +127,13 @@ def render_csv(results: Sequence[Mapping[str, Any]], choice: Mapping[str, Any], 
                           latency(p, "ttft_ms", "p99")[0] if p else "", latency(p, "itl_ms", "p50")[0] if p else "",
                           *tail])
     return buf.getvalue()
+
+
+def storage_text(storage: Mapping[str, Any] | None) -> str:
+    """A candidate's storage tier in a cell: its backend, then its write policy; empty without one."""
+    if not storage:
+        return ""
+    return "/".join(str(v) for v in (storage.get("backend"), storage.get("write_policy")) if v)
 
 
 def outcome(results: Sequence[Mapping[str, Any]], objective: Mapping[str, Any], info: Mapping[str, Any],

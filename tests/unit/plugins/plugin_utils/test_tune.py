@@ -145,10 +145,43 @@ def test_user_profiles_are_candidates_and_spec_goes_through_extra_args() -> None
     assert [c["label"] for c in cands] == ["mine spec=2/3"]
     deploy = _tune.candidate_vars(cands[0], {"--chunked-prefill-size": 4096})
     assert deploy == {"sglang_profile": "mine", "sglang_max_running_requests": 0, "sglang_hicache_size_gb": 0,
+                      "sglang_hicache_storage": {}, "sglang_hicache_storage_clear": False,
                       "sglang_extra_args": {"--chunked-prefill-size": 4096, "--speculative-num-steps": 2,
                                             "--speculative-num-draft-tokens": 3}}
     assert _tune.candidate_vars(cands[0], ["--foo", "1"])["sglang_extra_args"][-2:] == [
         "--speculative-num-draft-tokens", "3"]
+
+
+def test_storage_candidates_for_hicache_profiles_each_from_an_empty_tier_its_write_policy_through_extra_args() -> None:
+    space = {"profiles": ["mtp_hicache", "mtp"],
+             "hicache_storage": [{}, {"backend": "file"}, {"backend": "file", "write_policy": "write_back"}]}
+    cands = _tune.candidates(space)
+    assert [c["label"] for c in cands] == ["mtp_hicache", "mtp_hicache storage=file",
+                                           "mtp_hicache storage=file/write_back", "mtp"]  # mtp has no HiCache
+    plain, on, back = (_tune.candidate_vars(c, ["--foo", "1"]) for c in cands[:3])
+    assert plain["sglang_hicache_storage"] == {} and plain["sglang_hicache_storage_clear"] is False
+    assert on["sglang_hicache_storage"] == {"backend": "file"} and on["sglang_hicache_storage_clear"] is True
+    assert on["sglang_extra_args"] == ["--foo", "1"]
+    assert back["sglang_hicache_storage"] == {"backend": "file"}  # the policy is a flag, not a key of the tier
+    assert back["sglang_extra_args"] == ["--foo", "1", "--hicache-write-policy", "write_back"]
+    # the plan renders both (_plan/test_storage_plan.py); the winner's vars file deploys the same
+    results = _run(cands[2:3], {"mtp_hicache storage=file/write_back": (SEED_MTP_HICACHE, 9)})
+    info = {"class": "h200", "representative": "n1", "hosts": ["n1"], "run_id": "r1", "report": "reports/r1/tune.md",
+            "levels": LEVELS, "vars_files": ["group_vars/h200/tuned.yml"]}
+    out = _tunereport.outcome(results, NO_SLO, info, None, "2026-12-05T00:00:00Z")
+    body = yaml.safe_load(out["vars_text"])
+    assert body["sglang_hicache_storage"] == {"backend": "file"}
+    assert body["sglang_extra_args"] == ["--hicache-write-policy", "write_back"]
+    assert body["sglang_tuned"]["hicache_storage"] == {"backend": "file", "write_policy": "write_back"}
+    rows = list(csv.DictReader(io.StringIO(_tunereport.render_csv(results, out["choice"], "h200"))))
+    assert {row["hicache_storage"] for row in rows} == {"file/write_back"}
+
+
+def test_a_bad_storage_candidate_names_the_value_and_the_fix() -> None:
+    for bad in ({"path": "/data"}, {"backend": "file", "colour": "red"}, "file"):
+        with pytest.raises(_tune.TuneError, match=r"hicache_storage: .* must be \{\} \(no storage tier\) or a "
+                                                  r"sglang_hicache_storage with a backend"):
+            _tune.candidates({"profiles": ["mtp_hicache"], "hicache_storage": [bad]})
 
 
 # ---- bound and pruning ----
