@@ -53,6 +53,16 @@ options:
           - The instance's systemd unit; a unit that failed, or that systemd restarted while
             waiting (C(Restart=on-failure) after the server died), fails at once.
         type: str
+      prime:
+        description:
+          - After the O(warmup), one more request the instance must answer with 200 before it is
+            ready (C(path), C(body), C(timeout)), as O(warmup)'s. The server role gives it to an
+            instance with HiCache's storage tier (its plan's C(hicache_storage.prime)) - a prompt
+            long enough to fill pages past the tier's prefetch threshold - because SGLang 0.5.17
+            compiles the tier's page-hash extension at the first prefill that reaches it; a host that
+            cannot compile it kills the server there, so that server never counts as ready, and the
+            compile is paid by the deploy, not by the first users.
+        type: dict
   interval:
     description: Seconds between polls of one instance.
     type: float

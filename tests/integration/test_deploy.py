@@ -236,7 +236,8 @@ def test_bad_profile_fails_on_the_controller_before_any_change(tmp_path: Path) -
 def test_serial_start_policy_and_a_storage_tier_then_a_rerun_changes_nothing(deployment: Deployment) -> None:
     """Instances started one after another; with HiCache's storage tier (issue 30): its folder per
     instance made by server_files, its flags and variables from the plan, its arithmetic in
-    deployment.json, each folder stamped with its page layout; a re-run (the disk's free space
+    deployment.json, each folder stamped with its page layout, the tier's first prefill inside the
+    readiness gate (wait_ready's prime); a re-run (the disk's free space
     moved) changes nothing and keeps the pages; sglang_hicache_storage_clear clears them."""
     storage = {"backend": "file", "path": str(deployment.base / "kv"), "size_gb": 1, "reserve_gib": 0}
     run = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial",
@@ -262,10 +263,12 @@ def test_serial_start_policy_and_a_storage_tier_then_a_rerun_changes_nothing(dep
     out = run.out
     assert out.index("Start the batch (gpu0)") < out.index("Wait until the batch answers") \
         < out.index("Start the batch (gpu1)")
-    # the launch script stamped each folder with its page layout (kept in deployment.json)
+    # the launch script stamped each folder with its page layout (kept in deployment.json); the
+    # readiness prime (the tier's first prefill, before the instance counted as ready) wrote pages
     for name in ("gpu0", "gpu1"):
         stamp = (deployment.base / "kv" / name / ".llmops-layout").read_text().strip()
         assert stamp == tier["instances"][name]["layout"]["digest"]
+        assert list((deployment.base / "kv" / name).glob("*.bin")), f"no page of the prime in {name}'s folder"
     page = deployment.base / "kv" / "gpu0" / "page.bin"
     page.write_bytes(b"x" * 4096)  # the tier holds a page now
     again = deployment.play("deploy.yml", profile="mtp_hicache", sglang_start_policy="serial",

@@ -19,7 +19,10 @@
 #                     42, LEVEL_S seconds of arrivals each, random prompts of SWEEP_IN_LEN words
 #                     (the sweep's random text) and OUT_LEN output tokens, SLO $SLO,
 #                     cache flushed before each level (request i is the same text at every level)
-#           benchprefix  bench.yml (run id h200-prefix), one rate level at GSP_RATE req/s of a
+#           restart   stop.yml, then deploy.yml (a cold start of the same configuration)
+#           storage   the HiCache storage tier's folders: page files, bytes, layout stamps, log lines
+#           benchprefix  bench.yml (run id h200-prefix; benchprefix2 .. benchprefix4: h200-prefix2 ..),
+#                     one rate level at GSP_RATE req/s of a
 #                     shared_prefix workload GSP="groups per-group prefix-len suffix-len output-len",
 #                     groups x per-group requests, cache flushed before the level
 #           sgrate    SGLang's own bench_serving (tools/gpu/bench_serving_side.py, the release's
@@ -173,8 +176,21 @@ PY
   benchrate)
     benchplay h200-rate "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_level_duration_s": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "random", "input_len": %s, "output_len": %s}, "sglang_bench_slo": %s}' \
       "$(echo $RATES | tr ' ' ,)" "$LEVEL_S" "$OUT_LEN" "$SWEEP_IN_LEN" "$OUT_LEN" "$SLO")";;
-  benchprefix)
-    benchplay h200-prefix "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_requests": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "shared_prefix", "groups": %s, "prompts_per_group": %s, "prefix_len": %s, "suffix_len": %s, "output_len": %s, "order": "shuffled"}}' \
+  restart)
+    step "restart: stop.yml, then deploy.yml (the same configuration: a cold start; a storage tier keeps its pages)"
+    play "$(tmo 120 15)" playbooks/stop.yml; echo "restart stop rc=$?"
+    play "$(tmo 420 120)" playbooks/deploy.yml -e profile="$PROFILE"; echo "restart deploy rc=$?"
+    echo "pids after restart: $(pids)";;
+  storage)
+    step "the storage tier on disk (HiCache file backend): files, bytes, layout stamps, what the servers logged"
+    for d in /tmp/sglang-run/*/hicache-storage/*/; do
+      [ -d "$d" ] || continue
+      echo "storage $d: $(find "$d" -name '*.bin' | wc -l) page files, $(du -sb "$d" | cut -f1) bytes, stamp $(cat "$d/.llmops-layout" 2>/dev/null)"
+    done
+    df -B1 /tmp | tail -1 | sed 's/^/df: /'
+    grep -hiE 'storage|hicache|prefetch|backup' /tmp/sglang-run/*/gpu*/server.log 2>/dev/null | grep -v server_args= | cut -c1-240 | tail -20;;
+  benchprefix|benchprefix[2-9])
+    benchplay "h200-prefix${s#benchprefix}" "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_requests": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "shared_prefix", "groups": %s, "prompts_per_group": %s, "prefix_len": %s, "suffix_len": %s, "output_len": %s, "order": "shuffled"}}' \
       "$GSP_RATE" "$(( G_GROUPS * G_PER ))" "$G_OUT" "$G_GROUPS" "$G_PER" "$S_PREFIX" "$S_SUFFIX" "$G_OUT")";;
   sgrate)
     step "bench_serving at the same rates"
@@ -207,7 +223,7 @@ for d in hybrid dense; do
     for f in server.log launch.sh env; do cp "$i/$f" "$W/$d/$n-$f" 2>/dev/null; done
   done
 done
-for id in h200-real h200-warm h200-rate h200-prefix; do cp -rL reports/gpu/$id "$W/report-$id" 2>/dev/null; done
+for id in h200-real h200-warm h200-rate h200-prefix h200-prefix2 h200-prefix3 h200-prefix4; do cp -rL reports/gpu/$id "$W/report-$id" 2>/dev/null; done
 echo "--- server log key lines"
 grep -hE 'max_total_num_tokens|Allocating|Mamba Cache|fired up|Tree cache|deprecat|Error|error' "$W"/*/*-server.log | grep -v server_args= | cut -c1-220 | head -30
 tail -3 "$W/timeline.txt"

@@ -119,7 +119,7 @@ def wait_spec(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: Ma
               backend: str) -> dict[str, Any]:
     """One entry of llmops.sglang.wait_ready's ``instances``: its URL, its timeout (load plus
     HiCache pinning), its log, and its pid file (process backend) or unit (systemd): how a
-    death while loading is seen."""
+    death while loading is seen; with a storage tier, its prime (the tier's first prefill)."""
     hicache = plan.get("hicache") or {}
     spec = {
         "name": instance["name"],
@@ -134,6 +134,9 @@ def wait_spec(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: Ma
         spec["unit"] = instance["unit"]
     else:
         spec["pid_file"] = instance["paths"]["pid_file"]
+    storage = plan.get("hicache_storage") or {}
+    if storage.get("prime"):  # the storage tier's first prefill, inside the readiness gate (_plan/storage.py)
+        spec["prime"] = storage["prime"]
     return spec
 
 

@@ -32,6 +32,12 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
 )
 
 MIN_INSTANCE_BYTES = GB  # less than this per instance caches too few pages to be worth the writes
+# The readiness prime of an instance with a tier (wait_ready's `prime`): SGLang 0.5.17 compiles the
+# tier's page-hash extension (hash_binding.cpp, torch's cpp_extension) at the first prefill whose
+# pages reach the tier, not at start-up: a prompt of many full pages (the file backend's pages are
+# 64 tokens; the prefetch threshold 256) makes it happen while the instance is not yet ready.
+PRIME_WORDS = 1024
+PRIME_TIMEOUT_S = 900  # the compile on a busy host, then the prefill
 BACKENDS = ("file",)
 DEFAULT_FOLDER = "hicache-storage"  # under sglang_base_dir, when no path is given
 # what the plan (and deployment.json) keeps of the file system's facts
@@ -175,6 +181,15 @@ def _file_traits(release: str, traits: Mapping[str, Any], backend: str) -> Mappi
     return found
 
 
+def prime_request() -> dict[str, Any]:
+    """wait_ready's ``prime`` for an instance with a storage tier (PRIME_WORDS): greedy, one new
+    token, the same text every time (its pages are the same pages: reused, not added, by later
+    deploys)."""
+    text = " ".join(f"storage tier readiness page word {i}" for i in range(PRIME_WORDS // 6 + 1))
+    return {"path": "/generate", "timeout": PRIME_TIMEOUT_S,
+            "body": {"text": text, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}}
+
+
 def clear_path(release: str, traits: Mapping[str, Any]) -> str:
     """The release's endpoint that clears a running server's storage tier (its trait
     ``hicache_storage_clear``: path -> methods), by POST; the first one listed is the current one,
@@ -292,6 +307,7 @@ def storage_plan(request: StorageRequest, *, instances: Sequence[StorageInstance
     return {
         "backend": request.backend, "root": request.root, "instances": planned, "flags": flags,
         "clear_path": clear_path(release, traits),
+        "prime": prime_request(),
         "filesystem": {key: facts.get(key) for key in FILESYSTEM_KEYS},
         "usable_bytes": usable, "reserve_bytes": reserve, "cap_bytes_total": total,
         "reasoning": reasoning + [f"the tier may hold {gb(total)} on this host; {gb(max(usable - total, 0))} of the "

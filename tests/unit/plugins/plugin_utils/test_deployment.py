@@ -53,7 +53,10 @@ def test_service_records_and_wait_and_idle_specs() -> None:
     wild = _plan_instance("gpu0", 0, 30000, bind="0.0.0.0")
     assert server_plan.wait_spec(wild, PLAN, {}, "process")["url"] == "http://127.0.0.1:30000"
     unit = server_plan.wait_spec(PLAN["instances"][0], PLAN, {}, "systemd")
-    assert unit["unit"] == "sglang@gpu0.service" and "pid_file" not in unit
+    assert unit["unit"] == "sglang@gpu0.service" and "pid_file" not in unit and "prime" not in unit
+    # with a storage tier, its prime (the tier's first prefill) is part of the readiness gate
+    tiered = {**PLAN, "hicache_storage": {"prime": {"path": "/generate", "body": {"text": "t"}, "timeout": 900}}}
+    assert server_plan.wait_spec(PLAN["instances"][0], tiered, {}, "process")["prime"]["timeout"] == 900
     assert server_plan.idle_spec(PLAN["instances"][1]) == {"name": "gpu1", "url": PLAN["instances"][1]["connect_url"]}
 
 

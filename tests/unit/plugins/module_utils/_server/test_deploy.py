@@ -321,3 +321,37 @@ def test_ready_means_a_sampled_warm_up_request_answered_too() -> None:
     posted.clear()
     assert _deploy.wait_for_ready([{"name": "a", "url": "http://good:1"}], getter=FakeServer({}), poster=poster)["a"]["ready"]
     assert posted == []
+
+
+def test_an_instance_with_a_storage_tier_is_ready_only_once_its_prime_answered() -> None:
+    """Issue 30: SGLang 0.5.17 compiles the storage tier's page-hash extension at the first prefill
+    that reaches the tier. The prime (the plan's hicache_storage.prime) goes after the warm-up, its
+    time counted in warmup_s; a server that dies on it (no compiler or headers) is not ready, and
+    the reason says what the request was for."""
+    posted: list[str] = []
+    ticks = iter(float(i) for i in range(1000))
+    prime = {"path": "/generate", "body": {"text": "many pages"}, "timeout": 900}
+
+    def poster(url: str, body: Any, timeout: float, api_key: str | None) -> tuple[int, bytes]:
+        posted.append(f"{url} {body.get('text')} {timeout:g}")
+        return (500 if "bad" in url and body is prime["body"] else 200), b""
+
+    warmup = {"path": "/generate", "body": {"text": "w"}, "timeout": 300}
+    results = _deploy.wait_for_ready([{"name": "a", "url": "http://good:1", "prime": prime},
+                                      {"name": "b", "url": "http://bad:2", "prime": prime},
+                                      {"name": "c", "url": "http://good:3"}],
+                                     getter=FakeServer({}), poster=poster, warmup=warmup, clock=lambda: next(ticks))
+    assert results["a"]["ready"] and results["c"]["ready"]
+    assert [p for p in posted if p.startswith("http://good:1")] == ["http://good:1/generate w 300",
+                                                                    "http://good:1/generate many pages 900"]
+    assert [p for p in posted if p.startswith("http://good:3")] == ["http://good:3/generate w 300"]  # no tier
+    bad = results["b"]
+    assert not bad["ready"] and bad["ready_at"] is None
+    assert bad["reason"].startswith("/health_generate answered, but its storage tier's first prefill (POST /generate, "
+                                    "which makes SGLang compile the tier's page-hash extension")
+    assert bad["reason"].endswith("failed: HTTP 500")
+    # without a warm-up the prime still goes
+    posted.clear()
+    assert _deploy.wait_for_ready([{"name": "a", "url": "http://good:1", "prime": prime}], getter=FakeServer({}),
+                                  poster=poster)["a"]["ready"]
+    assert posted == ["http://good:1/generate many pages 900"]
