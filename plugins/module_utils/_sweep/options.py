@@ -92,7 +92,6 @@ def _with_workload(raw: SweepOptions, out: SweepOptions) -> SweepOptions:
         raise SweepError(f"flush_timeout must be >= 0 seconds, got {raw.flush_timeout!r}")
     out.workload, out.seed = dict(workload.spec), workload.seed
     out.flush_cache, out.flush_timeout, out.warm = bool(raw.flush_cache), float(raw.flush_timeout), bool(raw.warm)
-    out.clear_storage = bool(raw.clear_storage)
     return out
 
 
