@@ -54,34 +54,31 @@ def _client_timeout(total: float) -> Any:
     return aiohttp.ClientTimeout(total=total)
 
 
+def _warning(concurrency: int, result: dict[str, Any], path: str, left: str, hints: dict[int, str]) -> str:
+    """The warning of a POST before a level that failed: the answer, what the level ran with
+    (``left``), and what to do for that status (``hints``; else: is the server up?)."""
+    hint = hints.get(result["status"], "is the server up?")
+    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
+    return f"C={concurrency}: POST {path} failed ({answer}: {result['message']}); the level ran with {left}: {hint}"
+
+
 def flush_warning(concurrency: int, result: dict[str, Any], timeout: float) -> str:
     """The warning of a flush that failed, with what to do."""
-    if result["status"] == 400:
-        hint = (f"the server was not idle within flush_timeout={timeout:g}s (or another flush ran): "
-                "raise flush_timeout, or stop other traffic to this server")
-    elif result["status"] in (404, 405):
-        hint = "this server has no /flush_cache (a router in front? flush each engine, or leave flush_cache off)"
-    else:
-        hint = "is the server up?"
-    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
-    return (f"C={concurrency}: POST {FLUSH_PATH} failed ({answer}: {result['message']}); "
-            f"the level ran with the cache as the previous level left it: {hint}")
+    elsewhere = "this server has no /flush_cache (a router in front? flush each engine, or leave flush_cache off)"
+    return _warning(concurrency, result, FLUSH_PATH, "the cache as the previous level left it", {
+        400: (f"the server was not idle within flush_timeout={timeout:g}s (or another flush ran): "
+              "raise flush_timeout, or stop other traffic to this server"),
+        404: elsewhere, 405: elsewhere})
 
 
 def clear_storage_warning(concurrency: int, result: dict[str, Any]) -> str:
     """The warning of a storage clear that failed, with what to do."""
-    if result["status"] == 400:
-        hint = "the server runs without HiCache, so it has no storage tier: leave clear_storage off for it"
-    elif result["status"] in (404, 405):
-        hint = (f"this server has no {CLEAR_STORAGE_PATH} (a router in front? clear each engine, or leave "
-                "clear_storage off)")
-    elif result["status"] in (401, 403):
-        hint = "the server wants its API key (api_key)"
-    else:
-        hint = "is the server up?"
-    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
-    return (f"C={concurrency}: POST {CLEAR_STORAGE_PATH} failed ({answer}: {result['message']}); "
-            f"the level ran with the storage tier as earlier levels left it: {hint}")
+    elsewhere = (f"this server has no {CLEAR_STORAGE_PATH} (a router in front? clear each engine, or leave "
+                 "clear_storage off)")
+    return _warning(concurrency, result, CLEAR_STORAGE_PATH, "the storage tier as earlier levels left it", {
+        400: "the server runs without HiCache, so it has no storage tier: leave clear_storage off for it",
+        404: elsewhere, 405: elsewhere,
+        401: "the server wants its API key (api_key)", 403: "the server wants its API key (api_key)"})
 
 
 async def warm(client: Any, prompts: Sequence[str], deadline: float) -> dict[str, Any]:
