@@ -147,17 +147,17 @@ def _http(request: urllib.request.Request, timeout: float, api_key: str | None) 
 
 
 # what a failed request of an instance's readiness was for (wait_ready's warmup and prime)
-WARMUP_WORDS = "its warm-up request ({path}, sglang_ready_warmup)"
-PRIME_WORDS = ("its storage tier's first prefill ({path}, which makes SGLang compile the tier's page-hash "
+WARMUP_WHAT = "its warm-up request ({path}, sglang_ready_warmup)"
+PRIME_WHAT = ("its storage tier's first prefill ({path}, which makes SGLang compile the tier's page-hash "
                "extension: a C++ compiler, Python's and OpenSSL's headers; see the log)")
 
 
 def warm_up(url: str, warmup: dict[str, Any], api_key: str | None = None,
             poster: Callable[[str, Any, float, str | None], tuple[int, bytes]] = http_post,
-            clock: Callable[[], float] = time.monotonic, words: str = WARMUP_WORDS) -> tuple[float, str]:
+            clock: Callable[[], float] = time.monotonic, what_for: str = WARMUP_WHAT) -> tuple[float, str]:
     """One request as real traffic sends it, after ``/health_generate`` answered (issue 28 item 5:
     on SGLang 0.5.17 the first *sampled* request took 100-140 s after readiness; greedy ones and
-    /health_generate did not pay it). (seconds it took, "" or why it failed, named by ``words``)."""
+    /health_generate did not pay it). (seconds it took, "" or why it failed, named by ``what_for``)."""
     path = "/" + str(warmup.get("path") or "/generate").lstrip("/")
     timeout = float(warmup.get("timeout") or 300)
     started = clock()
@@ -166,7 +166,7 @@ def warm_up(url: str, warmup: dict[str, Any], api_key: str | None = None,
     if status == 200:
         return took, ""
     what = f"no answer within {timeout:g} s" if status == 0 else f"HTTP {status}"
-    return took, f"/health_generate answered, but {words.format(path='POST ' + path)} failed: {what}"
+    return took, f"/health_generate answered, but {what_for.format(path='POST ' + path)} failed: {what}"
 
 
 def wait_for_ready(
@@ -209,7 +209,7 @@ def wait_for_ready(
             if status == 200:
                 took, failed_warmup = warm_up(inst["url"], warmup, api_key, poster, clock) if warmup else (None, "")
                 if not failed_warmup and inst.get("prime"):
-                    primed, failed_warmup = warm_up(inst["url"], inst["prime"], api_key, poster, clock, PRIME_WORDS)
+                    primed, failed_warmup = warm_up(inst["url"], inst["prime"], api_key, poster, clock, PRIME_WHAT)
                     took = round((took or 0.0) + primed, 2)
                 res = {"ready": not failed_warmup, "status": status, "waited_s": round(clock() - start, 2),
                        "ready_at": None if failed_warmup else utc_now(), "reason": failed_warmup,
