@@ -149,7 +149,7 @@ def _http(request: urllib.request.Request, timeout: float, api_key: str | None) 
 # what a failed request of an instance's readiness was for (wait_ready's warmup and prime)
 WARMUP_WHAT = "its warm-up request ({path}, sglang_ready_warmup)"
 PRIME_WHAT = ("its storage tier's first prefill ({path}, which makes SGLang compile the tier's page-hash "
-               "extension: a C++ compiler, Python's and OpenSSL's headers; see the log)")
+              "extension: a C++ compiler, Python's and OpenSSL's headers; see the log)")
 
 
 def warm_up(url: str, warmup: dict[str, Any], api_key: str | None = None,
