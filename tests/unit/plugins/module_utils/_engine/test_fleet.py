@@ -155,6 +155,12 @@ def _pair(tmp: Path, nodes: list[Node], release: str = "0.5.17") -> tuple[Node, 
     return rank0, rank1
 
 
+def _stamp(log: str, message: str) -> str:
+    """The ``[YYYY-mm-dd HH:MM:SS]`` stamp of the first line of ``log`` with ``message``."""
+    line = next(line for line in log.splitlines() if message in line)
+    return line[1:20]
+
+
 # ------------------------------------------------------------------------------------------
 # the topology (pure)
 # ------------------------------------------------------------------------------------------
@@ -197,7 +203,10 @@ def test_rank1_first_then_rank0_serves_and_losing_rank1_takes_rank0_down(
     log1 = rank1.log()
     assert "Init torch distributed ends. elapsed=" in log1
     waited = float(log1.split("Init torch distributed ends. elapsed=")[1].split(" s")[0])
-    assert waited >= 0.3  # it waited for rank 0
+    assert waited > 0
+    # it waited for rank 0: its rendezvous ended no earlier than rank 0 began its own (the logs'
+    # second stamps; how long it waited is the machine's load, not the engine's behaviour)
+    assert _stamp(log1, "Init torch distributed ends.") >= _stamp(rank0.log(), "Init torch distributed begin.")
     assert f"Dummy health check server started in background thread at 127.0.0.1:{rank1.port}" \
         in log1
 
