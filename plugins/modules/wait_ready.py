@@ -56,7 +56,8 @@ options:
       prime:
         description:
           - After the O(warmup), one more request the instance must answer with 200 before it is
-            ready (C(path), C(body), C(timeout)), as O(warmup)'s. The server role gives it to an
+            ready (C(path), C(body), C(timeout)), as O(warmup)'s; C(words) instead of C(body) sends a
+            greedy one-token request of that many words of a fixed text. The server role gives it to an
             instance with HiCache's storage tier (its plan's C(hicache_storage.prime)) - a prompt
             long enough to fill pages past the tier's prefetch threshold - because SGLang 0.5.17
             compiles the tier's page-hash extension at the first prefill that reaches it; a host that

@@ -59,7 +59,7 @@ def render_cache_table(sweep: dict[str, Any]) -> str | None:
         return None
     cleared = any(isinstance(dig(p, "cache_state.clear_storage"), dict) for p in points)
     storage = any(dig(p, "server_metrics.cache_hit_rate_storage") is not None for p in points)
-    header = [h for h in CACHE_HEADER]
+    header = list(CACHE_HEADER)
     if cleared:
         header.insert(header.index("flushed") + 1, "storage cleared")
     if storage:

@@ -152,6 +152,13 @@ PRIME_WHAT = ("its storage tier's first prefill ({path}, which makes SGLang comp
               "extension: a C++ compiler, Python's and OpenSSL's headers; see the log)")
 
 
+def prime_body(words: int) -> dict[str, Any]:
+    """The body of an instance's readiness prime (wait_ready's ``prime`` with ``words``): greedy,
+    one new token, ``words`` words of a fixed text."""
+    text = " ".join(f"storage tier readiness page word {i}" for i in range(max(int(words), 1) // 6 + 1))
+    return {"text": text, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+
+
 def warm_up(url: str, warmup: dict[str, Any], api_key: str | None = None,
             poster: Callable[[str, Any, float, str | None], tuple[int, bytes]] = http_post,
             clock: Callable[[], float] = time.monotonic, what_for: str = WARMUP_WHAT) -> tuple[float, str]:
@@ -209,7 +216,10 @@ def wait_for_ready(
             if status == 200:
                 took, failed_warmup = warm_up(inst["url"], warmup, api_key, poster, clock) if warmup else (None, "")
                 if not failed_warmup and inst.get("prime"):
-                    primed, failed_warmup = warm_up(inst["url"], inst["prime"], api_key, poster, clock, PRIME_WHAT)
+                    prime = dict(inst["prime"])
+                    if prime.get("words") and not prime.get("body"):
+                        prime["body"] = prime_body(prime["words"])
+                    primed, failed_warmup = warm_up(inst["url"], prime, api_key, poster, clock, PRIME_WHAT)
                     took = round((took or 0.0) + primed, 2)
                 res = {"ready": not failed_warmup, "status": status, "waited_s": round(clock() - start, 2),
                        "ready_at": None if failed_warmup else utc_now(), "reason": failed_warmup,

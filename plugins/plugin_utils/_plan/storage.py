@@ -182,12 +182,10 @@ def _file_traits(release: str, traits: Mapping[str, Any], backend: str) -> Mappi
 
 
 def prime_request() -> dict[str, Any]:
-    """wait_ready's ``prime`` for an instance with a storage tier (PRIME_WORDS): greedy, one new
-    token, the same text every time (its pages are the same pages: reused, not added, by later
-    deploys)."""
-    text = " ".join(f"storage tier readiness page word {i}" for i in range(PRIME_WORDS // 6 + 1))
-    return {"path": "/generate", "timeout": PRIME_TIMEOUT_S,
-            "body": {"text": text, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}}
+    """wait_ready's ``prime`` for an instance with a storage tier: a greedy one-token /generate of
+    PRIME_WORDS words, which the host side writes out (``_server/deploy.prime_body``: the same
+    text every time, so its pages are the same pages on every deploy)."""
+    return {"path": "/generate", "timeout": PRIME_TIMEOUT_S, "words": PRIME_WORDS}
 
 
 def clear_path(release: str, traits: Mapping[str, Any]) -> str:

@@ -350,6 +350,14 @@ def test_an_instance_with_a_storage_tier_is_ready_only_once_its_prime_answered()
     assert bad["reason"].startswith("/health_generate answered, but its storage tier's first prefill (POST /generate, "
                                     "which makes SGLang compile the tier's page-hash extension")
     assert bad["reason"].endswith("failed: HTTP 500")
+    # the plan's prime gives words: a greedy one-token request of that many words
+    body = _deploy.prime_body(1024)
+    assert len(body["text"].split()) >= 1024 and body["sampling_params"] == {"max_new_tokens": 1, "temperature": 0}
+    assert _deploy.prime_body(1024) == body  # the same text, the same pages, every deploy
+    sent: list[Any] = []
+    _deploy.wait_for_ready([{"name": "a", "url": "http://good:1", "prime": {"path": "/generate", "words": 1024}}],
+                           getter=FakeServer({}), poster=lambda u, b, t, k: (sent.append(b), (200, b""))[1])
+    assert sent == [body]
     # without a warm-up the prime still goes
     posted.clear()
     assert _deploy.wait_for_ready([{"name": "a", "url": "http://good:1", "prime": prime}], getter=FakeServer({}),

@@ -363,3 +363,16 @@ def test_a_restarted_engine_serves_the_prefixes_from_its_storage_tier_until_clea
         refused = sweep(base, clear_storage=True)
     assert refused["points"][0]["cache_state"]["clear_storage"]["status"] == 400
     assert any("runs without HiCache" in w for w in refused["warnings"]), refused["warnings"]
+
+
+def test_the_storage_clear_path_is_every_pinned_releases_current_one() -> None:
+    """The sweep runs on a host that does not know the release: its CLEAR_STORAGE_PATH must be the
+    path the plan would pick (_plan/storage.clear_path) for every release with a storage tier."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import release_traits
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import clear_path
+
+    data = json.loads((ROOT / "data" / "releases.json").read_text())
+    releases = [r for r in data if not r.startswith("_") and release_traits(r).get("hicache_storage_clear")]
+    assert releases
+    for release in releases:
+        assert clear_path(release, release_traits(release)) == cachestate.CLEAR_STORAGE_PATH, release
