@@ -112,6 +112,10 @@ def with_derived_defaults(text: str) -> str:
     return DERIVED.sub(line, text)
 
 
+# how a derived variable's description names the module task it feeds
+WHOSE = {"throughput_sweep": "Each sweep", "generate_job": "The job"}
+
+
 def option_block(module: str, prefix: str, exclude: set[str], indent: str) -> str:
     """A role's variables for a module's options that have a default: its type, elements, choices,
     default and description, each ``<prefix><option>``."""
@@ -128,7 +132,7 @@ def option_block(module: str, prefix: str, exclude: set[str], indent: str) -> st
                 lines.append(f"{indent}  {key}: {_flow(option[key])}")
         description = option.get("description") or []
         items = list(description) if isinstance(description, list) else [description]
-        items.append(f"Each sweep's O(llmops.sglang.{module}#module:{name}).")
+        items.append(f"{WHOSE.get(module, 'The module')}'s O(llmops.sglang.{module}#module:{name}).")
         lines.append(f"{indent}  description:")
         for item in items:
             # a double-quoted YAML scalar folds its line breaks into spaces: wrapped at spaces only
