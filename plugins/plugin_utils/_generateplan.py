@@ -169,4 +169,3 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
             "input": _input(variables, folder) if variables.get("sglang_generate_action", "run") in ("run", "resume") else None,
             "targets": targets,
             "concurrency": sum(int(t["concurrency"]) for t in targets), "warnings": warnings}
-

@@ -100,22 +100,6 @@ def _user() -> str:
         return str(os.geteuid())
 
 
-def journal_ids(folder: str) -> tuple[set[str], set[str]]:
-    """(done ids, of them failed) from the journal, read only (a torn last line ignored)."""
-    done: set[str] = set()
-    failed: set[str] = set()
-    path = _path(folder, _store.JOURNAL)
-    if not os.path.exists(path):
-        return done, failed
-    lines, _ = _store._whole_lines(path, 0)
-    for _, raw in lines:
-        entry = json.loads(raw)
-        done.add(entry["c"])
-        if not entry.get("ok"):
-            failed.add(entry["c"])
-    return done, failed
-
-
 def _scan(input_path: str, defaults: Mapping[str, Any] | None) -> tuple[_inputs.Scan, set[str]]:
     if not os.path.isfile(input_path):
         raise JobError(f"the input {input_path} is not a file on this host: give sglang_generate_input the path of a JSONL file")
@@ -154,7 +138,7 @@ def check(folder: str, input_path: str, defaults: Mapping[str, Any] | None = Non
         return {"state": "running", "pid": pid, "folder": folder}
     scanned, ids = _scan(input_path, defaults)
     before = _input_changed(folder, scanned, allow_input_change)
-    done, failed = journal_ids(folder)
+    done, failed = _store.journaled(folder)
     done_here = len(ids & done)
     return {
         "state": "new" if before is None else ("finished" if done_here >= scanned.requests else "resumable"),

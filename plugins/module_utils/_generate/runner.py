@@ -48,6 +48,8 @@ except ImportError:  # pragma: no cover - the module says what to install
 
 PROGRESS = "progress.json"
 SCHEMA_VERSION = 1
+# Python < 3.11 (engine venvs) has a separate asyncio.TimeoutError
+TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError, asyncio.TimeoutError)
 RECENT_S = 60.0
 DOWN_FIRST_S = 1.0
 DOWN_MAX_S = 30.0
@@ -102,7 +104,7 @@ def outcome(status: int | None, body: Any, exc: BaseException | None = None) -> 
     """Classify one attempt (the module's docstring, "Outcomes")."""
     if exc is not None:
         unreached = aiohttp is not None and isinstance(exc, aiohttp.ClientConnectorError)
-        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__
+        kind = "timeout" if isinstance(exc, TIMEOUTS) else type(exc).__name__
         return Outcome(None, None, True, f"{kind}: {exc}".rstrip(": "), unreached=unreached)
     if status == 200 and isinstance(body, dict):
         return Outcome(status, body, False)
@@ -147,6 +149,10 @@ class _TargetState:
         return now >= self.down_until
 
     def mark_down(self, now: float) -> float:
+        """Pause the target (1 s, doubling while it stays down, at most 30 s); the seconds left.
+        Its other workers' refusals within one pause do not lengthen it."""
+        if now < self.down_until:
+            return self.down_until - now
         self.down_for = min(DOWN_MAX_S, self.down_for * 2) if self.down_for else DOWN_FIRST_S
         self.down_until = now + self.down_for
         if self.down_since is None:
@@ -177,6 +183,7 @@ class _Queue:
         self._seq = itertools.count()
         self.in_flight = 0
         self.changed = asyncio.Event()
+        self.drained = asyncio.Event()  # no work is left: a paused worker ends too
 
     def put_back(self, request: Any, attempts: int, delay: float) -> None:
         heapq.heappush(self._heap, _Retry(time.monotonic() + delay, next(self._seq), request, attempts))
@@ -206,12 +213,13 @@ class _Queue:
                 self._exhausted = True
             if not self._heap and self.in_flight == 0:
                 self.changed.set()  # wake the other workers: they end too
+                self.drained.set()
                 return None
             self.changed.clear()
             wait = (self._heap[0].ready - now) if self._heap else None
             try:
                 await asyncio.wait_for(self.changed.wait(), timeout=wait)
-            except asyncio.TimeoutError:
+            except TIMEOUTS:
                 pass
         return None
 
@@ -240,6 +248,7 @@ class Job:
         self.recent: deque[tuple[float, int, int]] = deque()
         self._results: list[_store.Result] = []
         self._flushed = asyncio.Event()
+        self._closing = False
         self._all_down_since: float | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate-writer")
 
@@ -270,10 +279,11 @@ class Job:
         except _inputs.InputError as exc:
             self.state, self.message = "failed", str(exc)
         finally:
-            await self._flush()
-            writer.cancel()
+            self._closing = True
+            self._flushed.set()
+            await writer  # its last batch written and counted
             progress.cancel()
-            await asyncio.gather(writer, progress, return_exceptions=True)
+            await asyncio.gather(progress, return_exceptions=True)
             self._pool.shutdown(wait=True)
         if self.state == "running":
             pending_left = self.s.total - self.done
@@ -296,7 +306,7 @@ class Job:
 
     async def _worker(self, session: Any, state: _TargetState) -> None:
         url = state.target.url.rstrip("/")
-        while True:
+        while not self.queue.drained.is_set():
             now = time.monotonic()
             if not state.up(now):
                 await self._wait_down(state)
@@ -324,14 +334,15 @@ class Job:
                 return outcome(resp.status, parsed)
         except asyncio.CancelledError:
             raise
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, *TIMEOUTS, OSError) as exc:
             return outcome(None, None, exc)
 
     def _settle(self, state: _TargetState, request: Any, attempts: int, result: Outcome) -> None:
         now = time.monotonic()
         if result.unreached:
+            first = state.down_since is None
             wait = state.mark_down(now)
-            if state.down_for == DOWN_FIRST_S:
+            if first:
                 log.warning("%s is down (%s): its workers pause %.0f s, the others take its requests",
                             state.target.name, result.reason, wait)
             self.queue.put_back(request, attempts, 0.0)  # not an attempt: nothing reached a server
@@ -381,21 +392,33 @@ class Job:
                     self.state = "failed"
                     self.stop.set()
                 return
+        wakers = [asyncio.ensure_future(self.stop.wait()), asyncio.ensure_future(self.queue.drained.wait())]
         try:
-            await asyncio.wait_for(self.stop.wait(), timeout=max(0.01, state.down_until - now))
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait(wakers, timeout=max(0.01, state.down_until - now), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waker in wakers:
+                waker.cancel()
 
     # -- writing and progress ---------------------------------------------------------------------
 
     async def _writer(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._flushed.wait(), timeout=self.s.flush_s)
-            except asyncio.TimeoutError:
-                pass
-            self._flushed.clear()
+        """The only writer: a batch every flush_s (or flush_lines), the last one when the run ends.
+        A batch that cannot be written stops the run (its requests are sent again on resume)."""
+        try:
+            while not self._closing:
+                try:
+                    await asyncio.wait_for(self._flushed.wait(), timeout=self.s.flush_s)
+                except TIMEOUTS:
+                    pass
+                self._flushed.clear()
+                await self._flush()
             await self._flush()
+        except OSError as exc:
+            self.state = "failed"
+            self.message = f"cannot write the results in {self.s.folder} ({exc.strerror or exc}): stopped; resume when it can"
+            log.error("%s", self.message)
+            self._results = []
+            self.stop.set()
 
     async def _flush(self) -> None:
         if not self._results:

@@ -148,6 +148,22 @@ def _whole_lines(path: str, start: int) -> tuple[list[tuple[int, bytes]], int]:
     return good, end
 
 
+def journaled(folder: str) -> tuple[set[str], set[str]]:
+    """(done ids, of them failed) from the folder's journal, read only (a torn last line ignored;
+    results written past the journal are not counted: ``Store.open`` journals them)."""
+    done: set[str] = set()
+    failed: set[str] = set()
+    path = os.path.join(folder, JOURNAL)
+    if not os.path.exists(path):
+        return done, failed
+    for _, raw in _whole_lines(path, 0)[0]:
+        entry = json.loads(raw)
+        done.add(entry["c"])
+        if not entry.get("ok"):
+            failed.add(entry["c"])
+    return done, failed
+
+
 class Store:
     """A job folder's results: recover it with ``open``, then ``write`` batches of results."""
 
