@@ -160,12 +160,13 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
             targets.append({"name": f"{h}/{inst['name']}", "url": url, "concurrency": conc, "source": source})
         manifest = fleet.deployments.get(host) or {}
         python = str(variables.get("sglang_generate_python") or manifest.get("python") or "python3")
-    if any(t["source"] == "fallback" for t in targets) or "fallback" in targets[0]["source"]:
+    sending = variables.get("sglang_generate_action", "run") in ("run", "resume")
+    if sending and (any(t["source"] == "fallback" for t in targets) or "fallback" in targets[0]["source"]):
         warnings.append(f"no tuned result, sweep or max_running_requests for some instances: they get concurrency "
                         f"{FALLBACK_CONCURRENCY}; run bench.yml or tune.yml first, or set sglang_generate_concurrency")
     base = str(variables.get("sglang_generate_dir") or f"{str(variables.get('sglang_base_dir') or '/opt/sglang').rstrip('/')}/generate")
     folder = f"{base.rstrip('/')}/{name}"
     return {"job": name, "host": host, "via": target, "python": python, "folder": folder,
-            "input": _input(variables, folder) if variables.get("sglang_generate_action", "run") in ("run", "resume") else None,
+            "input": _input(variables, folder) if sending else None,
             "targets": targets,
             "concurrency": sum(int(t["concurrency"]) for t in targets), "warnings": warnings}
