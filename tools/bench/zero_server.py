@@ -11,7 +11,8 @@ between (chunks then arrive as separate reads, as from a real server, and the se
 Token chunks carry non-empty text (" tok", one word per token, so SGLang's bench_serving, which
 ignores empty-text chunks, counts them), chunk_tokens tokens per event; the last token chunk has
 finish_reason "length"; a usage chunk (choices: []) only when stream_options.include_usage, then
-"data: [DONE]" -- the shape of SGLang 0.5.17's streams. Also: GET /v1/models, /server_info,
+"data: [DONE]" -- the shape of SGLang 0.5.17's streams. A request without "stream" (as
+generate.yml's job sends them) gets the whole JSON response, /v1/chat/completions too. Also: GET /v1/models, /server_info,
 /get_server_info, /health, /health_generate, /get_model_info. Prints "PORT <n>" when listening.
 Ids repeat between responses (cached bodies); nothing checks them.
 """
@@ -98,12 +99,37 @@ class Zero:
         await resp.write_eof()
         return resp
 
+    def _whole(self, chat: bool, n: int, pt: int) -> bytes:
+        """A non-streamed response (generate.yml's job asks for those), cached per shape."""
+        key = ("whole", chat, n, pt)
+        body = self.cache.get(key)
+        if body is None:
+            choice = ({"index": 0, "message": {"role": "assistant", "content": " tok" * n}, "finish_reason": "length"}
+                      if chat else {"index": 0, "text": " tok" * n, "logprobs": None, "finish_reason": "length"})
+            body = self.cache[key] = _dumps({
+                "id": "zero", "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+                "model": MODEL, "choices": [choice],
+                "usage": {"prompt_tokens": pt, "completion_tokens": n, "total_tokens": pt + n}})
+        return body
+
+    async def chat(self, request: web.Request) -> web.Response:
+        req = await request.json()
+        n = int(req.get("max_tokens") or 16)
+        pt = sum(len(str(m.get("content") or "").split()) for m in req.get("messages") or [])
+        self.requests += 1
+        self.tokens += n
+        return web.Response(body=self._whole(True, n, pt), content_type="application/json")
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req = await request.json()
         n = int(req.get("max_tokens") or 16)
         usage = bool((req.get("stream_options") or {}).get("include_usage"))
         prompt = req.get("prompt")
         pt = len(prompt) if isinstance(prompt, list) else len(str(prompt or "").split())
+        if not req.get("stream"):
+            self.requests += 1
+            self.tokens += n
+            return web.Response(body=self._whole(False, n, pt), content_type="application/json")
         key = ("openai", n, usage, pt)
         body = self.cache.get(key)
         if body is None:
@@ -152,7 +178,8 @@ def main() -> None:
     a = ap.parse_args()
     z = Zero(a.chunk_tokens, a.per_event_writes)
     app = web.Application(client_max_size=1 << 24)
-    app.add_routes([web.post("/v1/completions", z.completions), web.post("/generate", z.generate),
+    app.add_routes([web.post("/v1/completions", z.completions), web.post("/v1/chat/completions", z.chat),
+                    web.post("/generate", z.generate),
                     web.get("/v1/models", z.models), web.get("/server_info", z.info),
                     web.get("/get_server_info", z.info), web.get("/get_model_info", z.model_info),
                     web.get("/health", z.ok), web.get("/health_generate", z.ok)])
