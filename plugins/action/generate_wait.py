@@ -75,6 +75,11 @@ class ActionModule(ActionBase):
                                       "folder": args["folder"]})
         failed = state in ("failed", "interrupted") and not self._task.check_mode
         out = {**result, "changed": False, "state": state, "generate": progress}
+        if int(progress.get("errors") or 0) and state != "running":
+            out["warnings"] = [*result.get("warnings", []), (
+                f"{progress['errors']} of {progress.get('total')} requests failed for good: errors.jsonl in "
+                f"{args['folder']} has each one's reason; once the cause is fixed, "
+                "sglang_generate_retry_errors=true sends them again")]
         if failed:
             out.update(failed=True, msg=f"the job {state}: {progress.get('message') or 'see job.log in ' + args['folder']}")
         return out

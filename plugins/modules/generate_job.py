@@ -89,6 +89,20 @@ options:
         are not sent again. Without it such a run is refused.
     type: bool
     default: false
+  retry_errors:
+    description:
+      - Send the requests of the errors file again (after fixing what made them fail) - the file
+        is kept as C(errors-retried-<n>.jsonl), no longer an output, and its requests are not done.
+      - Without it a request that failed for good is done, and a resume does not send it again.
+    type: bool
+    default: false
+  max_failures_in_a_row:
+    description:
+      - Stop the run when this many requests in a row failed for good (a cause every request
+        meets - a server refusing the bodies, a wrong API key - would otherwise fill the errors
+        file with the whole input); 0 never stops. Resume with O(retry_errors) once it is fixed.
+    type: int
+    default: 50
   max_attempts:
     description: Attempts of one request before it fails for good (408, 429, 5xx, timeouts, dropped connections).
     type: int

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Deployment, cleanup, group_members, make_inventory
+from .test_router import router_inventory, stop_all
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +92,7 @@ def test_a_dataset_once_through_the_instances_then_nothing_again_status_and_a_ba
     assert not job_folder(dep, "bad").exists()
 
 
+@pytest.mark.e2e
 def test_the_job_outlives_its_controller_and_an_instance_and_the_rerun_finishes_every_line_once(tmp_path: Path) -> None:
     dep = make_inventory(tmp_path, sglang_sim_time_scale=0.05)
     try:
@@ -124,3 +126,37 @@ def test_the_job_outlives_its_controller_and_an_instance_and_the_rerun_finishes_
         assert "localhost/gpu1 is down" in log
     finally:
         cleanup(dep)
+
+
+@pytest.mark.e2e
+def test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line(tmp_path: Path) -> None:
+    """The real sglang-router in front of the two instances; generate.yml through it while
+    deploy.yml restarts both instances one at a time (a flag changed, sglang_rollout_batch 1):
+    no request fails for good, every line once, the job ran throughout (one run)."""
+    dep = router_inventory(tmp_path, sglang_sim_time_scale=0.05)
+    try:
+        assert dep.play("deploy.yml").rc == 0
+        before = dep.pids()
+        ids = write_prompts(tmp_path / "roll.jsonl", 3000)
+        args = {"sglang_generate_input": str(tmp_path / "roll.jsonl"), "sglang_generate_defaults": {"max_tokens": 64},
+                "sglang_generate_poll": 1, "sglang_generate_reports_dir": str(tmp_path / "reports"),
+                "sglang_generate_concurrency": 1, "sglang_generate_backoff_s": 0.2}
+        play = dep.start("generate.yml", **args)
+        deadline = time.monotonic() + 240
+        while progress(dep, "roll").get("done", 0) < 100:
+            assert play.poll() is None and time.monotonic() < deadline, "the job did not get going"
+            time.sleep(0.2)
+        roll = dep.play("deploy.yml", sglang_extra_args={"--watchdog-timeout": 700}, sglang_rollout_batch=1)
+        assert roll.rc == 0, roll.out[-3000:]
+        during = progress(dep, "roll")
+        assert during["state"] == "running" and during["done"] < 3000, "the job ended before the rollout did: lengthen it"
+        after = dep.pids()
+        assert all(after[name] != before[name] for name in before), (before, after)
+        run = dep.finish(play, timeout=600)
+        assert run.rc == 0, run.out[-3000:]
+        assert outputs(job_folder(dep, "roll")) == dict.fromkeys(ids, 1)
+        summary = json.loads((tmp_path / "reports" / "generate" / "roll" / "summary.json").read_text())
+        assert summary["state"] == "finished" and summary["errors"] == 0 and set(summary["targets"]) == {"router"}
+        assert (job_folder(dep, "roll") / "job.log").read_text().count(" INFO run ") == 1
+    finally:
+        stop_all(dep)

@@ -130,7 +130,7 @@ def _input_changed(folder: str, scanned: _inputs.Scan, allow: bool) -> dict[str,
 
 
 def check(folder: str, input_path: str, defaults: Mapping[str, Any] | None = None,
-          allow_input_change: bool = False) -> dict[str, Any]:
+          allow_input_change: bool = False, retry_errors: bool = False) -> dict[str, Any]:
     """Everything that can refuse the job before a request is sent; what a run would do."""
     _writable(folder)
     pid = running_pid(folder)
@@ -140,6 +140,9 @@ def check(folder: str, input_path: str, defaults: Mapping[str, Any] | None = Non
     before = _input_changed(folder, scanned, allow_input_change)
     done, failed = _store.journaled(folder)
     done_here = len(ids & done)
+    if retry_errors and failed & ids:
+        done, failed = done - failed, set()
+        done_here = len(ids & done)
     return {
         "state": "new" if before is None else ("finished" if done_here >= scanned.requests else "resumable"),
         "folder": folder, "pid": None,
@@ -169,7 +172,8 @@ def _logger(folder: str) -> logging.Handler:
     return handler
 
 
-def run(settings: _runner.Settings, allow_input_change: bool = False, job_name: str = "") -> dict[str, Any]:
+def run(settings: _runner.Settings, allow_input_change: bool = False, job_name: str = "",
+        retry_errors: bool = False) -> dict[str, Any]:
     """Run the job to its end in this process (the module runs it as an async task): under the
     folder's lock, or, when another process holds it, ``{"state": "running", "attached": true}``
     at once. Returns the final progress document."""
@@ -185,6 +189,11 @@ def run(settings: _runner.Settings, allow_input_change: bool = False, job_name: 
         os.replace(_path(folder, PID) + ".tmp", _path(folder, PID))
         scanned, ids = _scan(settings.input, settings.defaults)
         before = _input_changed(folder, scanned, allow_input_change)
+        if retry_errors:
+            dropped = _store.retry_errors(folder)
+            if dropped:
+                _runner.log.info("retry_errors: the %d request(s) of errors.jsonl are sent again (the file kept as "
+                                 "errors-retried-<n>.jsonl)", dropped)
         store = _store.Store(folder, settings.shard_lines).open()
         _write_job(folder, settings, scanned, before, job_name)
         done_before = len(ids & store.done)

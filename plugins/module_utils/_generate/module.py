@@ -14,7 +14,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._generate import run
 
 # the options that go to the runner's Settings as they are
 SETTINGS = ("defaults", "max_attempts", "backoff_s", "backoff_max_s", "request_timeout_s", "down_timeout_s",
-            "shard_lines", "progress_interval_s", "api_key", "labels")
+            "shard_lines", "progress_interval_s", "api_key", "labels", "max_failures_in_a_row")
 
 
 def settings(params: dict[str, Any]) -> _runner.Settings:
@@ -27,6 +27,8 @@ def settings(params: dict[str, Any]) -> _runner.Settings:
             raise ValueError(f"target {t.name}: concurrency {t.concurrency} must be >= 1")
     if len({t.name for t in targets}) < len(targets):
         raise ValueError(f"target names repeat: {[t.name for t in targets]}")
+    if int(params["max_failures_in_a_row"]) < 0:
+        raise ValueError(f"max_failures_in_a_row must be >= 0 (0: never stop), got {params['max_failures_in_a_row']}")
     for name in ("max_attempts", "shard_lines"):
         if int(params[name]) < 1:
             raise ValueError(f"{name} must be >= 1, got {params[name]}")
@@ -46,7 +48,7 @@ def run(module: Any) -> None:
             module.exit_json(changed=False, **_job.status(folder))
         if step == "check":
             module.exit_json(changed=False, **_job.check(folder, params["input"], params["defaults"],
-                                                         params["allow_input_change"]))
+                                                         params["allow_input_change"], params["retry_errors"]))
         if module.check_mode:
             module.exit_json(changed=False, skipped=True, msg=f"check mode: step={step} not done")
         if step == "stop":
@@ -55,7 +57,8 @@ def run(module: Any) -> None:
         if not _runner.HAS_AIOHTTP:
             module.fail_json(msg=f"the job needs aiohttp, which {sys.executable} cannot import: install it there "
                                  "(pip install 'aiohttp>=3.8'), or give sglang_generate_python a Python that has it")
-        report = _job.run(settings(params), allow_input_change=params["allow_input_change"], job_name=params["job"])
+        report = _job.run(settings(params), allow_input_change=params["allow_input_change"], job_name=params["job"],
+                          retry_errors=params["retry_errors"])
     except (_job.JobError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     if report.get("state") == "failed":

@@ -86,6 +86,7 @@ class Settings:
     flush_lines: int = 1024
     api_key: str | None = None
     labels: dict[str, Any] = field(default_factory=dict)
+    max_failures_in_a_row: int = 50
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,8 @@ class Job:
         self._flushed = asyncio.Event()
         self._closing = False
         self._all_down_since: float | None = None
+        self._failed_in_a_row = 0
+        self.models: dict[str, str] = {}  # target -> the model it serves (its /v1/models), for bodies without one
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate-writer")
 
     # -- the run --------------------------------------------------------------------------------
@@ -264,6 +267,7 @@ class Job:
         progress = asyncio.ensure_future(self._progress_loop())
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
+                await self._models(session)
                 workers = [asyncio.ensure_future(self._worker(session, t))
                            for t in self.targets for _ in range(t.target.concurrency)]
                 stopper = asyncio.ensure_future(self.stop.wait())
@@ -304,6 +308,23 @@ class Job:
         """The input's ids done, by earlier runs and this one."""
         return self.done_before + self.lines
 
+    async def _models(self, session: Any) -> None:
+        """Each target's model (the first of its /v1/models), sent as ``model`` in a body that has
+        none: the router refuses a body without one (HTTP 422), SGLang takes either. A target
+        that does not answer gets none (it is down; its requests go elsewhere)."""
+        for state in self.targets:
+            url = state.target.url.rstrip("/") + "/v1/models"
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                    data = await resp.json(content_type=None) if resp.status == 200 else None
+            except (aiohttp.ClientError, *TIMEOUTS, OSError, ValueError):
+                data = None
+            listed = data.get("data") if isinstance(data, dict) else None
+            if isinstance(listed, list) and listed and isinstance(listed[0], dict) and listed[0].get("id"):
+                self.models[state.target.name] = str(listed[0]["id"])
+        if self.models:
+            log.info("models: %s", ", ".join(f"{k}={v}" for k, v in self.models.items()))
+
     async def _worker(self, session: Any, state: _TargetState) -> None:
         url = state.target.url.rstrip("/")
         while not self.queue.drained.is_set():
@@ -316,8 +337,12 @@ class Job:
                 return
             request, attempts = item
             state.in_flight += 1
+            body = request.body
+            model = self.models.get(state.target.name)
+            if model and "model" not in body:
+                body = {**body, "model": model}
             try:
-                result = await self._attempt(session, url + request.url, request.body)
+                result = await self._attempt(session, url + request.url, body)
             finally:
                 state.in_flight -= 1
             self._settle(state, request, attempts, result)
@@ -357,6 +382,7 @@ class Job:
                                       instance=state.target.name)
             prompt, completion = _store.usage_of(line)
             self._results.append(_store.Result(request.custom_id, True, line, prompt, completion))
+            self._failed_in_a_row = 0
             state.lines += 1
             state.prompt_tokens += prompt
             state.completion_tokens += completion
@@ -375,6 +401,15 @@ class Job:
             self._results.append(_store.Result(request.custom_id, False, line))
             state.errors += 1
             log.warning("%s failed for good on %s: %s", request.custom_id, state.target.name, why)
+            self._failed_in_a_row += 1
+            limit = self.s.max_failures_in_a_row
+            if limit and self._failed_in_a_row >= limit and not self.stop.is_set():
+                self.state = "failed"
+                self.message = (f"the last {self._failed_in_a_row} requests failed for good (the last: {why}): stopped "
+                                "(max_failures_in_a_row); fix the cause, then resume with retry_errors "
+                                "(sglang_generate_retry_errors=true) to send the failed ones again")
+                log.error("%s", self.message)
+                self.stop.set()
         if len(self._results) >= self.s.flush_lines:
             self._flushed.set()
 

@@ -164,6 +164,33 @@ def journaled(folder: str) -> tuple[set[str], set[str]]:
     return done, failed
 
 
+def retry_errors(folder: str) -> int:
+    """Make the requests in the errors file not done, so that the next run sends them again: the
+    errors file is kept as ``errors-retried-<n>.jsonl`` (not an output any more) and its journal
+    lines are dropped. The number of journal lines dropped. Crash-safe in this order: a journal
+    still naming the moved file has lines past that file's end, which ``Store.open`` drops."""
+    errors = os.path.join(folder, ERRORS)
+    if not os.path.exists(errors):
+        return 0
+    n = 1
+    while os.path.exists(os.path.join(folder, f"errors-retried-{n}.jsonl")):
+        n += 1
+    os.replace(errors, os.path.join(folder, f"errors-retried-{n}.jsonl"))
+    journal = os.path.join(folder, JOURNAL)
+    if not os.path.exists(journal):
+        return 0
+    entries = [json.loads(raw) for _, raw in _whole_lines(journal, 0)[0]]
+    kept = [e for e in entries if e.get("f") != ERRORS]
+    tmp = journal + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(b"".join(_journal_bytes(e) for e in kept))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, journal)
+    _fsync_dir(folder)
+    return len(entries) - len(kept)
+
+
 class Store:
     """A job folder's results: recover it with ``open``, then ``write`` batches of results."""
 

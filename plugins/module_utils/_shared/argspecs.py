@@ -51,6 +51,8 @@ ARGUMENT_SPECS: dict[str, dict[str, dict[str, Any]]] = {
                                 'source': {'type': 'str', 'default': ''}}},
         'defaults': {'type': 'dict', 'default': {}},
         'allow_input_change': {'type': 'bool', 'default': False},
+        'retry_errors': {'type': 'bool', 'default': False},
+        'max_failures_in_a_row': {'type': 'int', 'default': 50},
         'max_attempts': {'type': 'int', 'default': 8},
         'backoff_s': {'type': 'float', 'default': 1.0},
         'backoff_max_s': {'type': 'float', 'default': 60.0},

@@ -16,11 +16,12 @@ from aiohttp import web
 
 class FakeServer:
     def __init__(self, delay: float = 0.0, fail: dict[str, int] | None = None, flaky: set[str] | None = None,
-                 flaky_times: int = 1) -> None:
+                 flaky_times: int = 1, model: str | None = None) -> None:
         self.delay = delay
         self.fail = dict(fail or {})
         self.flaky = set(flaky or ())
         self.flaky_times = flaky_times
+        self.model = model  # served at GET /v1/models when set (a router asks every body for one)
         self.seen: collections.Counter[str] = collections.Counter()
         self.bodies: dict[str, dict[str, Any]] = {}
         self.port = 0
@@ -34,8 +35,16 @@ class FakeServer:
             return str(body["messages"][-1]["content"])
         return str(body["prompt"])
 
+    async def _models(self, _request: web.Request) -> web.Response:
+        if not self.model:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if self.model and body.get("model") is None:
+            return web.Response(status=422, text="Failed to deserialize the JSON body into the target type: "
+                                                 "missing field `model` at line 1 column 33")
         ident = self.ident(body)
         self.seen[ident] += 1
         self.bodies[ident] = body
@@ -64,6 +73,7 @@ class FakeServer:
             app = web.Application()
             app.router.add_post("/v1/completions", self._handle)
             app.router.add_post("/v1/chat/completions", self._handle)
+            app.router.add_get("/v1/models", self._models)
             self._runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", port, reuse_address=True)

@@ -78,6 +78,39 @@ def test_a_4xx_fails_at_once_a_503_is_tried_again_and_a_lasting_503_fails_after_
     assert "r2 failed for good on a: HTTP 503" in log and "r4 on a: HTTP 503: busy; attempt 2 of 3" in log
 
 
+def test_a_body_without_a_model_gets_the_one_the_target_serves_and_one_with_a_model_keeps_it(tmp_path: Path) -> None:
+    srv = FakeServer(model="served").start()  # refuses a body without a model, as sglang-router does (422)
+    try:
+        (tmp_path / "in.jsonl").write_text('{"id": "a", "prompt": "a"}\n{"id": "b", "prompt": "b", "model": "mine"}\n')
+        report = job.run(settings(tmp_path, runner.Target("router", srv.url, 2)))
+    finally:
+        srv.stop()
+    assert report["state"] == "finished" and report["ok"] == 2
+    assert srv.bodies["a"]["model"] == "served" and srv.bodies["b"]["model"] == "mine"
+    assert "models: router=served" in (tmp_path / "job" / "job.log").read_text()
+
+
+def test_a_cause_every_request_meets_stops_the_run_and_retry_errors_sends_them_again(tmp_path: Path) -> None:
+    ids = write_input(tmp_path / "in.jsonl", 300, chat_every=0)
+    srv = FakeServer(fail={i: 422 for i in ids}).start()
+    try:
+        s = settings(tmp_path, runner.Target("a", srv.url, 2), max_failures_in_a_row=20)
+        report = job.run(s)
+        assert report["state"] == "failed" and "the last 20 requests failed for good" in report["message"]
+        assert 20 <= report["errors"] < 300 and "sglang_generate_retry_errors=true" in report["message"]
+        assert job.check(s.folder, s.input)["pending"] == 300 - report["errors"]
+        srv.fail = {}  # the cause fixed
+        assert job.check(s.folder, s.input, retry_errors=True)["pending"] == 300
+        again = job.run(s, retry_errors=True)
+    finally:
+        srv.stop()
+    out = lines(tmp_path / "job")
+    assert again["state"] == "finished" and again["errors"] == 0 and sorted(out) == sorted(ids)
+    assert all(len(v) == 1 and v[0]["error"] is None for v in out.values())
+    assert (tmp_path / "job" / "errors-retried-1.jsonl").read_text().count("\n") == report["errors"]
+    assert "retry_errors: the" in (tmp_path / "job" / "job.log").read_text()
+
+
 def test_a_target_that_refuses_connections_is_routed_around_without_counting_attempts(
         tmp_path: Path, server: FakeServer) -> None:
     ids = write_input(tmp_path / "in.jsonl", 60)

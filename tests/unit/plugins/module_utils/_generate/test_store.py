@@ -95,3 +95,20 @@ def test_journal_lines_past_their_files_end_are_dropped_so_their_requests_are_se
 def test_shard_lines_below_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="shard_lines must be >= 1"):
         st.Store(str(tmp_path), shard_lines=0)
+
+
+def test_retry_errors_keeps_the_errors_file_aside_and_makes_its_requests_not_done(tmp_path: Path) -> None:
+    store = st.Store(str(tmp_path), shard_lines=10).open()
+    store.write([result("a"), result("x", ok=False), result("y", ok=False)])
+    assert st.retry_errors(str(tmp_path)) == 2 and st.retry_errors(str(tmp_path)) == 0
+    assert (tmp_path / "errors-retried-1.jsonl").read_text().count("\n") == 2
+    again = st.Store(str(tmp_path), shard_lines=10).open()
+    assert again.done == {"a"} and again.failed == set() and again.files()["errors"] == []
+
+
+def test_a_crash_between_moving_the_errors_file_and_rewriting_the_journal_sends_them_again(tmp_path: Path) -> None:
+    store = st.Store(str(tmp_path), shard_lines=10).open()
+    store.write([result("a"), result("x", ok=False)])
+    (tmp_path / st.ERRORS).rename(tmp_path / "errors-retried-1.jsonl")  # the journal not rewritten yet
+    again = st.Store(str(tmp_path), shard_lines=10).open()
+    assert again.done == {"a"} and again.recovery.dropped == 1
