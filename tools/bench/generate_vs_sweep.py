@@ -40,7 +40,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "collections")]
 
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import job, runner  # noqa: E402
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep import DEFAULT_PROMPTS, SweepOptions, run_sweep  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import (  # noqa: E402
+    DEFAULT_PROMPTS,
+    SweepOptions,
+    run_sweep,
+)
 
 ENGINE = "ansible_collections.llmops.sglang.plugins.module_utils._engine"
 
