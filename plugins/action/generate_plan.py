@@ -31,6 +31,8 @@ class ActionModule(ActionBase):
             tuned={h: of(h, "sglang_tuned") for h in play_hosts},
             sweeps={h: of(h, "sglang_sweeps") for h in play_hosts},
             routers={h: of(h, "sglang_router_client") for h in play_hosts if of(h, "sglang_router_client")},
+            dirs={h: {"sglang_generate_dir": of(h, "sglang_generate_dir"), "sglang_base_dir": of(h, "sglang_base_dir")}
+                  for h in play_hosts},
         )
         variables = {name: plain(self._templar.template(task_vars[name])) for name in _generateplan.VARIABLES
                      if name in task_vars}

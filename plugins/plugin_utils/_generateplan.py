@@ -49,6 +49,9 @@ class Fleet:
     tuned: dict[str, Any] = field(default_factory=dict)
     sweeps: dict[str, Any] = field(default_factory=dict)
     routers: dict[str, Any] = field(default_factory=dict)  # router host -> sglang_router_client
+    # host -> its own sglang_generate_dir / sglang_base_dir where its inventory sets them (the job's
+    # folder is on the job's host: its values, not those of the host the plan ran for)
+    dirs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def job_name(variables: dict[str, Any]) -> str:
@@ -164,7 +167,9 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
     if sending and (any(t["source"] == "fallback" for t in targets) or "fallback" in targets[0]["source"]):
         warnings.append(f"no tuned result, sweep or max_running_requests for some instances: they get concurrency "
                         f"{FALLBACK_CONCURRENCY}; run bench.yml or tune.yml first, or set sglang_generate_concurrency")
-    base = str(variables.get("sglang_generate_dir") or f"{str(variables.get('sglang_base_dir') or '/opt/sglang').rstrip('/')}/generate")
+    own = {k: v for k, v in (fleet.dirs.get(host) or {}).items() if v}
+    where = {**variables, **own}
+    base = str(where.get("sglang_generate_dir") or f"{str(where.get('sglang_base_dir') or '/opt/sglang').rstrip('/')}/generate")
     folder = f"{base.rstrip('/')}/{name}"
     return {"job": name, "host": host, "via": target, "python": python, "folder": folder,
             "input": _input(variables, folder) if sending else None,

@@ -761,6 +761,36 @@ class Fleet:
                  for m in RECAP.findall(out)}
         return FleetRun(rc, out, recap, seconds=time.monotonic() - started, argv=cmd, log=log)
 
+    def start(self, playbook: str, *args: str, **extra_vars: Any) -> tuple[subprocess.Popen, list[str], Path, float]:
+        """ansible-playbook in the background, in its own process group (its log as `play`'s);
+        end it with `finish` (or SIGKILL its group: the controller killed)."""
+        cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(ROOT / "playbooks" / playbook)]
+        for key, value in extra_vars.items():
+            cmd += ["-e", json.dumps({key: value})]
+        cmd += list(args)
+        log = self._log_path(playbook)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(self.env(), ANSIBLE_LOG_PATH=str(log)),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        self._popens.append(proc)
+        return proc, cmd, log, time.monotonic()
+
+    def finish(self, started: tuple[subprocess.Popen, list[str], Path, float], timeout: float = 600) -> FleetRun:
+        """Wait for a `start`ed playbook (its whole group SIGKILLed after `timeout`)."""
+        proc, cmd, log, began = started
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            rc, out = 124, (out or "") + f"\n[fleet harness] killed after {timeout} s: {' '.join(cmd)}\n"
+        phases.add(Path(cmd[3]).name, time.monotonic() - began)
+        recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
+                 for m in RECAP.findall(out or "")}
+        return FleetRun(rc, out or "", recap, seconds=time.monotonic() - began, argv=cmd, log=log)
+
     def _log_path(self, what: str) -> Path:
         self._runs += 1
         return self.logs_dir / f"{self._runs:03d}-{Path(what).stem}.log"

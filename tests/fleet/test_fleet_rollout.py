@@ -3,6 +3,9 @@ instances, 1 router host with the real sglang-router), in this order, each start
 state the previous one left (a fleet deploy costs a minute or more on two shared cores):
 
 1. full rollout, then load through the router;
+1b. generate.yml through the router, a 20,000-line dataset, one host's instances killed and
+   restarted (deploy.yml again) under the job, then the job stopped and resumed at a higher
+   concurrency: every line once;
 2. a rolling update (a flag change: every instance restarts) under steady load: zero failures;
 3. a host whose engine cannot start: the rollout stops (batch 1, max-fail 0), hosts done serve
    the new version, hosts not reached the old one, the router only has healthy workers;
@@ -17,9 +20,11 @@ docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
+import signal
 import re
 import time
 from collections.abc import Iterator
@@ -152,6 +157,89 @@ def test_1_full_rollout_then_load_through_the_router(fleet: Fleet, capsys: pytes
               f"router {bench.seconds:.1f} s; "
               f"{len(client.records)} requests through the router, {len(client.failures())} failed")
     DONE["full"] = True
+
+
+GENERATE_LINES = 20000
+
+
+def _job_progress(fleet: Fleet, job: str) -> dict[str, Any]:
+    path = fleet.routers[0].base_dir / "generate" / job / "progress.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait_done(fleet: Fleet, job: str, at_least: int, started: Any, timeout: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while (now := _job_progress(fleet, job)).get("done", 0) < at_least:
+        assert started[0].poll() is None, f"generate.yml ended early: {started[0].communicate()[0][-3000:]}"
+        assert time.monotonic() < deadline, f"the job did not reach {at_least} lines in {timeout} s: {now}"
+        time.sleep(0.5)
+    return now
+
+
+def test_1b_generate_through_the_router_a_host_killed_and_restarted_under_it(
+        fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 31's fleet scenario: 3 hosts behind the router, 20,000 lines, server1's instances
+    killed mid-run and restarted by deploy.yml: every line once, none failed for good. The job
+    runs slowly (one request per instance) while server1 goes and comes back, then is stopped
+    (generate_action=stop) and resumed at 8 per instance, so that the scenario costs about a
+    minute whatever the machine's pace."""
+    _needs("full")
+    dataset = fleet.run_dir / "dataset.jsonl"
+    ids = [f"d{i}" for i in range(GENERATE_LINES)]
+    dataset.write_text("".join(json.dumps({"id": i, "prompt": f"line {i}"}) + "\n" for i in ids))
+    args = {"sglang_generate_input": str(dataset), "sglang_generate_defaults": {"max_tokens": 128},
+            "sglang_generate_concurrency": 1, "sglang_generate_poll": 2, "sglang_generate_backoff_s": 0.2,
+            "sglang_generate_reports_dir": str(fleet.reports_dir)}
+    began = time.monotonic()
+    play = fleet.start("generate.yml", **args)
+    _wait_done(fleet, "dataset", 2000, play)
+    killed_at = _job_progress(fleet, "dataset")["done"]
+    before = _state(fleet)
+    for pid in fleet.pids("server1").values():  # each instance leads its own process group
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+    others = _advertised(fleet, ["server2", "server3"])
+    assert _wait_router(fleet, others) == others, fleet.router_workers()
+    _wait_done(fleet, "dataset", killed_at + 1000, play)  # the job goes on with the other hosts
+    redeploy = _deploy(fleet, "A")
+    assert redeploy.rc == 0, redeploy.out[-5000:]
+    after = _state(fleet)
+    assert all(after["server1"][n][0] != before["server1"][n][0] for n in after["server1"]), (before, after)
+    assert after["server2"] == before["server2"] and after["server3"] == before["server3"], (before, after)
+    assert _wait_router(fleet, _advertised(fleet)) == _advertised(fleet)
+    restarted_at = _job_progress(fleet, "dataset")
+    assert restarted_at["state"] == "running" and restarted_at["done"] < GENERATE_LINES, \
+        f"the job ended before server1 was back: lengthen it ({restarted_at.get('done')} done)"
+    stop = fleet.play("generate.yml", generate_action="stop", sglang_generate_job="dataset",
+                      sglang_generate_reports_dir=str(fleet.reports_dir))
+    assert stop.rc == 0 and "(stopped now)" in stop.out, stop.out[-3000:]
+    first = fleet.finish(play, timeout=120)  # its wait saw the job stop
+    assert first.rc == 0 and _job_progress(fleet, "dataset")["state"] == "stopped", first.out[-3000:]
+    run = fleet.play("generate.yml", timeout=900, **{**args, "sglang_generate_concurrency": 8})
+    assert run.rc == 0, run.out[-5000:]
+    folder = fleet.routers[0].base_dir / "generate" / "dataset"
+    counts: dict[str, int] = {}
+    for f in [*sorted(folder.glob("results-*.jsonl")), *sorted(folder.glob("errors.jsonl"))]:
+        for raw in f.read_text().splitlines():
+            ident = json.loads(raw)["custom_id"]
+            counts[ident] = counts.get(ident, 0) + 1
+    assert counts == dict.fromkeys(ids, 1), "not every line exactly once"
+    summary = json.loads((fleet.reports_dir / "generate" / "dataset" / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["errors"] == 0, summary
+    log = (folder / "job.log").read_text()
+    assert log.count(" INFO run ") == 2 and "stopped by SIGTERM" in log  # the slow run, then the resumed one
+    _report(fleet, "generate", {"seconds": round(time.monotonic() - began, 1), "killed_at": killed_at,
+                                "restarted_at": restarted_at["done"], "redeploy_seconds": redeploy.seconds,
+                                "resumed_seconds": run.seconds, "summary": summary})
+    with capsys.disabled():
+        print(f"\n[1b] generate.yml through the router: {GENERATE_LINES} lines in {time.monotonic() - began:.1f} s, "
+              f"server1's instances killed at line {killed_at}, back (deploy.yml {redeploy.seconds:.1f} s) at line "
+              f"{restarted_at['done']}, stopped and resumed at 8 per instance ({run.seconds:.1f} s, "
+              f"{summary['this_run']['lines_s']} lines/s); {summary['errors']} failed")
+    DONE["generate"] = True
 
 
 def test_2_rolling_update_under_load_fails_no_request(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:

@@ -97,3 +97,11 @@ def test_the_input_is_checked_on_the_controller_before_anything_moves(tmp_path: 
     assert status["input"] is None and status["folder"] == "/opt/sglang/generate/j"
     with pytest.raises(gp.GeneratePlanError, match="neither sglang_generate_job nor sglang_generate_input"):
         gp.plan({"sglang_generate_action": "status"}, fleet, ["a"])
+
+
+def test_the_folder_is_the_job_hosts_own_base_dir_where_its_inventory_sets_one(prompts: Path) -> None:
+    fleet = gp.Fleet(deployments={"a": manifest("g")}, routers={"r": {"url": "http://r:8000", "python": "p"}},
+                     dirs={"a": {"sglang_base_dir": "/srv/a"}, "r": {"sglang_base_dir": "/srv/r", "sglang_generate_dir": None}})
+    assert gp.plan(variables(prompts), fleet, ["a", "r"])["folder"] == "/srv/r/generate/My-prompts"
+    fleet = gp.Fleet(deployments={"a": manifest("g")}, dirs={"a": {"sglang_generate_dir": "/data/jobs"}})
+    assert gp.plan(variables(prompts), fleet, ["a"])["folder"] == "/data/jobs/My-prompts"
