@@ -24,8 +24,8 @@ import contextlib
 import csv
 import json
 import os
-import signal
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
