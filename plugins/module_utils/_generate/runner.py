@@ -225,6 +225,24 @@ class _Queue:
         return None
 
 
+async def served_models(session: Any, targets: tuple[Target, ...]) -> dict[str, str]:
+    """Each target's model (the first of its /v1/models), sent as ``model`` in a body that has
+    none: the router refuses a body without one (HTTP 422), SGLang takes either. A target that
+    does not answer gets none (it is down; its requests go elsewhere)."""
+    models: dict[str, str] = {}
+    for target in targets:
+        url = target.url.rstrip("/") + "/v1/models"
+        try:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                data = await resp.json(content_type=None) if resp.status == 200 else None
+        except (aiohttp.ClientError, *TIMEOUTS, OSError, ValueError):
+            data = None
+        listed = data.get("data") if isinstance(data, dict) else None
+        if isinstance(listed, list) and listed and isinstance(listed[0], dict) and listed[0].get("id"):
+            models[target.name] = str(listed[0]["id"])
+    return models
+
+
 class Job:
     """One run of the job over a recovered store (``run``)."""
 
@@ -267,7 +285,9 @@ class Job:
         progress = asyncio.ensure_future(self._progress_loop())
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
-                await self._models(session)
+                self.models = await served_models(session, self.s.targets)
+                if self.models:
+                    log.info("models: %s", ", ".join(f"{k}={v}" for k, v in self.models.items()))
                 workers = [asyncio.ensure_future(self._worker(session, t))
                            for t in self.targets for _ in range(t.target.concurrency)]
                 stopper = asyncio.ensure_future(self.stop.wait())
@@ -307,23 +327,6 @@ class Job:
     def done(self) -> int:
         """The input's ids done, by earlier runs and this one."""
         return self.done_before + self.lines
-
-    async def _models(self, session: Any) -> None:
-        """Each target's model (the first of its /v1/models), sent as ``model`` in a body that has
-        none: the router refuses a body without one (HTTP 422), SGLang takes either. A target
-        that does not answer gets none (it is down; its requests go elsewhere)."""
-        for state in self.targets:
-            url = state.target.url.rstrip("/") + "/v1/models"
-            try:
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                    data = await resp.json(content_type=None) if resp.status == 200 else None
-            except (aiohttp.ClientError, *TIMEOUTS, OSError, ValueError):
-                data = None
-            listed = data.get("data") if isinstance(data, dict) else None
-            if isinstance(listed, list) and listed and isinstance(listed[0], dict) and listed[0].get("id"):
-                self.models[state.target.name] = str(listed[0]["id"])
-        if self.models:
-            log.info("models: %s", ", ".join(f"{k}={v}" for k, v in self.models.items()))
 
     async def _worker(self, session: Any, state: _TargetState) -> None:
         url = state.target.url.rstrip("/")
