@@ -31,6 +31,12 @@
 #           sgprefix  bench_serving's generated-shared-prefix with the GSP shape at GSP_RATE
 #                     (--flush-cache); every bench and bench_serving run keeps the instances'
 #                     /metrics before and after it (work/metrics_*_before/after_PORT.txt)
+#           generate  generate.yml over GEN_LINES lines (the sweep's default prompts in turn, OUT_LEN
+#                     tokens, ignore_eos, temperature 0.6) at GEN_C requests in flight per instance
+#                     -> $OUT/summary-generate.md and summary-generate.json (issue 31)
+#           benchgen  bench.yml at the same shape: one level at C=GEN_C, GEN_C x 8 requests of the
+#                     same prompts and OUT_LEN tokens (run id h200-gen): the peak generate.yml is
+#                     compared with
 #           stop      stop.yml, then anything left is killed by process group
 #   PROFILE (mtp_hicache), INV (inventories/gpu), LIMIT (ansible --limit, e.g. h200-hybrid on a
 #   one-GPU machine), BUDGET (seconds for the whole script, 560), XVARS (JSON extra vars for every
@@ -51,6 +57,7 @@ STEPS=${STEPS:-"facts plan deploy status bench redeploy stop"}
 RATES=${RATES:-"2 4 8 16"}; LEVEL_S=${LEVEL_S:-10}; IN_LEN=${IN_LEN:-256}; OUT_LEN=${OUT_LEN:-256}
 SLO=${SLO:-'{"ttft_p99_ms": 200, "itl_p50_ms": 20}'}; GSP=${GSP:-"16 8 1024 64 128"}; GSP_RATE=${GSP_RATE:-8}
 read -r G_GROUPS G_PER G_PREFIX G_SUFFIX G_OUT <<< "$GSP"
+GEN_LINES=${GEN_LINES:-2000}; GEN_C=${GEN_C:-32}
 SWEEP_IN_LEN=${SWEEP_IN_LEN:-$IN_LEN}; read -r S_PREFIX S_SUFFIX <<< "${SWEEP_GSP:-$G_PREFIX $G_SUFFIX}"
 HERE=$(cd "$(dirname "$0")" && pwd)
 LIM=(); [ -n "${LIMIT:-}" ] && LIM=(--limit "$LIMIT")
@@ -192,6 +199,26 @@ PY
   benchprefix|benchprefix[2-9])
     benchplay "h200-prefix${s#benchprefix}" "$(printf '{"sglang_bench_mode": "rate", "sglang_bench_rates": [%s], "sglang_bench_arrival": "poisson", "sglang_bench_seed": 42, "sglang_bench_requests": %s, "sglang_bench_max_tokens": %s, "sglang_bench_flush_cache": true, "sglang_bench_workload": {"kind": "shared_prefix", "groups": %s, "prompts_per_group": %s, "prefix_len": %s, "suffix_len": %s, "output_len": %s, "order": "shuffled"}}' \
       "$GSP_RATE" "$(( G_GROUPS * G_PER ))" "$G_OUT" "$G_GROUPS" "$G_PER" "$S_PREFIX" "$S_SUFFIX" "$G_OUT")";;
+  generate)
+    step "generate.yml: $GEN_LINES lines, $OUT_LEN tokens each, C=$GEN_C per instance"
+    python3 - "$W/generate.jsonl" "$GEN_LINES" "$OUT_LEN" <<'PY'
+import json, sys
+sys.path.insert(0, "collections")
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import DEFAULT_PROMPTS
+path, lines, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "w") as fh:
+    for i in range(lines):
+        fh.write(json.dumps({"id": f"g{i}", "prompt": DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)], "max_tokens": out,
+                             "temperature": 0.6, "ignore_eos": True}) + "\n")
+PY
+    play "$(tmo 420)" playbooks/generate.yml -e sglang_generate_input="$W/generate.jsonl" -e sglang_generate_job=generate \
+      -e sglang_generate_concurrency="$GEN_C" -e sglang_generate_reports_dir="$ROOT/reports/gpu" \
+      -e sglang_generate_fetch=false -e sglang_generate_poll=10; echo "generate rc=$?"
+    cp reports/gpu/generate/generate/summary.md "$OUT/summary-generate.md" 2>/dev/null
+    cp reports/gpu/generate/generate/summary.json "$OUT/summary-generate.json" 2>/dev/null;;
+  benchgen)
+    benchplay h200-gen "$(printf '{"sglang_bench_concurrency": [%s], "sglang_bench_requests": %s, "sglang_bench_max_tokens": %s, "sglang_bench_temperature": 0.6, "sglang_bench_ignore_eos": true}' \
+      "$GEN_C" "$(( GEN_C * 8 ))" "$OUT_LEN")";;
   sgrate)
     step "bench_serving at the same rates"
     # shellcheck disable=SC2086
