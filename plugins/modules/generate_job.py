@@ -76,6 +76,24 @@ options:
         description: Where O(targets[].concurrency) came from (M(llmops.sglang.generate_plan)'s), kept in the progress.
         type: str
         default: ""
+  instances:
+    description:
+      - Through a router - the instances behind it, each as the job's host reaches it; their
+        C(/metrics) token counters (C(sglang:prompt_tokens_total),
+        C(sglang:generation_tokens_total)), read at the start and at each progress write, give
+        each one's tokens and share during the run (C(instances) in the progress). Requests of
+        other clients to them count too.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: The instance's name in the progress (C(host/instance)).
+        type: str
+        required: true
+      url:
+        description: Its base URL.
+        type: str
+        required: true
   defaults:
     description:
       - Body parameters for every request that does not give them (C(max_tokens),

@@ -77,6 +77,10 @@ plan:
       description: Each target's C(name), C(url), C(concurrency) and C(source) (where the concurrency came from).
       type: list
       elements: dict
+    instances:
+      description: Through the router, the instances behind it (C(name), C(url) as the router's host reaches them), whose C(/metrics) give each one's share; empty otherwise.
+      type: list
+      elements: dict
     concurrency:
       description: The targets' concurrency summed.
       type: int

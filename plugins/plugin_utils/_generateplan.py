@@ -146,6 +146,9 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
         sources = sorted({s for _, s in per})
         targets = [{"name": "router", "url": str(client["url"]), "concurrency": total,
                     "source": f"sum of {len(per)} instances' ({', '.join(sources)})"}]
+        # behind the router: each instance's /metrics gives its share (as the router's host reaches it)
+        behind = [{"name": f"{h}/{i['name']}", "url": worker_url(i, h, host)} for h, i in instances]
+        behind = [b for b in behind if b["url"]]
         python = str(variables.get("sglang_generate_python") or client.get("python") or "python3")
     else:
         host = str(variables.get("sglang_generate_host") or instances[0][0])
@@ -153,6 +156,7 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
             raise GeneratePlanError(f"sglang_generate_host {host} is not a host of this play ({', '.join(play_hosts)}): "
                                     "name one of them")
         targets = []
+        behind = []
         for h, inst in instances:
             url = worker_url(inst, h, host)
             if not url:
@@ -173,5 +177,5 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
     folder = f"{base.rstrip('/')}/{name}"
     return {"job": name, "host": host, "via": target, "python": python, "folder": folder,
             "input": _input(variables, folder) if sending else None,
-            "targets": targets,
+            "targets": targets, "instances": behind,
             "concurrency": sum(int(t["concurrency"]) for t in targets), "warnings": warnings}

@@ -157,6 +157,10 @@ def test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line(tmp_pat
         assert outputs(job_folder(dep, "roll")) == dict.fromkeys(ids, 1)
         summary = json.loads((tmp_path / "reports" / "generate" / "roll" / "summary.json").read_text())
         assert summary["state"] == "finished" and summary["errors"] == 0 and set(summary["targets"]) == {"router"}
+        # behind the router, each instance's own counters: both served, both restarted under the job
+        behind = summary["instances"]
+        assert set(behind) == {"localhost/gpu0", "localhost/gpu1"}, behind
+        assert all(i["restarts"] >= 1 and i["completion_tokens"] > 0 and i["up"] for i in behind.values()), behind
         assert (job_folder(dep, "roll") / "job.log").read_text().count(" INFO run ") == 1
     finally:
         stop_all(dep)

@@ -35,7 +35,8 @@ def settings(params: dict[str, Any]) -> _runner.Settings:
     for name in ("backoff_s", "backoff_max_s", "request_timeout_s", "down_timeout_s", "progress_interval_s"):
         if not float(params[name]) > 0:
             raise ValueError(f"{name} must be > 0 seconds, got {params[name]}")
-    return _runner.Settings(folder=params["folder"], input=params["input"], targets=targets, total=0,
+    instances = tuple({"name": str(i["name"]), "url": str(i["url"])} for i in params.get("instances") or [])
+    return _runner.Settings(folder=params["folder"], input=params["input"], targets=targets, total=0, instances=instances,
                             **{k: params[k] for k in SETTINGS if params.get(k) is not None or k == "api_key"})
 
 

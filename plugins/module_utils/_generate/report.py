@@ -35,7 +35,8 @@ def line(progress: Mapping[str, Any]) -> str:
                  f"out {float(recent.get('output_tok_s') or 0):,.0f} tok/s (last {float(recent.get('window_s') or 0):.0f} s)")
     if progress.get("state") == "running":
         parts.append(f"ETA {duration(progress.get('eta_s'))}")
-    targets = progress.get("targets") or {}
+    # through a router: the instances' shares from their own counters, where the job has them
+    targets = progress.get("instances") or progress.get("targets") or {}
     shares = " ".join(f"{name} {100 * float(t.get('share') or 0):.0f}%" for name, t in targets.items())
     down = [name for name, t in targets.items() if not t.get("up", True)]
     tail = f"; {shares}" + (f" (down: {', '.join(down)})" if down else "")
@@ -61,6 +62,14 @@ def markdown(progress: Mapping[str, Any], where: Mapping[str, Any] | None = None
            f"out {float(run.get('output_tok_s') or 0):,.0f} tok/s |",
            f"| retries (this run) | {int(progress.get('retries') or 0):,} |", ""]
     targets = progress.get("targets") or {}
+    behind = progress.get("instances") or {}
+    if behind:
+        out += ["Behind the router (each instance's own counters, other clients' requests included):", "",
+                "| instance | tokens in | tokens out | share | up | restarts |", "|---|---:|---:|---:|---|---:|"]
+        out += [f"| {name} | {int(i.get('prompt_tokens') or 0):,} | {int(i.get('completion_tokens') or 0):,} | "
+                f"{100 * float(i.get('share') or 0):.1f}% | {'yes' if i.get('up') else 'no'} | {i.get('restarts', 0)} |"
+                for name, i in behind.items()]
+        out.append("")
     if targets:
         out += ["| target | concurrency | lines | share | failed | retries | tokens out | times down |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|"]

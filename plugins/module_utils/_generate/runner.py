@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import inputs as _inputs
+from ansible_collections.llmops.sglang.plugins.module_utils._generate import meter as _meter
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import store as _store
 
 try:
@@ -87,6 +88,7 @@ class Settings:
     api_key: str | None = None
     labels: dict[str, Any] = field(default_factory=dict)
     max_failures_in_a_row: int = 50
+    instances: tuple[dict[str, Any], ...] = ()  # behind a router: whose /metrics give each one's share
 
 
 @dataclass(frozen=True)
@@ -270,6 +272,8 @@ class Job:
         self._closing = False
         self._all_down_since: float | None = None
         self._failed_in_a_row = 0
+        self.meter = _meter.Meter(settings.instances) if settings.instances else None
+        self._session: Any = None
         self.models: dict[str, str] = {}  # target -> the model it serves (its /v1/models), for bodies without one
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate-writer")
 
@@ -285,6 +289,9 @@ class Job:
         progress = asyncio.ensure_future(self._progress_loop())
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
+                self._session = session
+                if self.meter:
+                    await self.meter.read(session)
                 self.models = await served_models(session, self.s.targets)
                 if self.models:
                     log.info("models: %s", ", ".join(f"{k}={v}" for k, v in self.models.items()))
@@ -300,6 +307,9 @@ class Job:
                 for res in await every:
                     if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
                         raise res
+                if self.meter:
+                    await self.meter.read(session)
+                self._session = None
         except _inputs.InputError as exc:
             self.state, self.message = "failed", str(exc)
         finally:
@@ -474,6 +484,8 @@ class Job:
     async def _progress_loop(self) -> None:
         while True:
             await asyncio.sleep(self.s.progress_interval_s)
+            if self.meter and self._session is not None:
+                await self.meter.read(self._session)
             try:
                 _write_progress(self.s.folder, self.progress())
             except OSError as exc:  # the job goes on: its results are what counts
@@ -481,58 +493,65 @@ class Job:
 
     def progress(self) -> dict[str, Any]:
         """The progress document (docs/generate.md "Progress")."""
-        now = time.monotonic()
-        while self.recent and now - self.recent[0][0] > RECENT_S:
-            self.recent.popleft()
-        wall = max(now - self.started, 1e-9)
-        totals = self.store.totals
-        done = self.done
-        errors = self.errors_before + self.error_lines
-        window = min(RECENT_S, wall)
-        recent_lines = len(self.recent)
-        rate = recent_lines / window if recent_lines else (self.lines / wall)
-        left = max(0, self.s.total - done)
-        all_lines = sum(t.lines + t.errors for t in self.targets) or 1
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "state": self.state,
-            "message": self.message,
-            "pid": os.getpid(),
-            "labels": dict(self.s.labels),
-            "started_at": _iso(self.started_wall),
-            "updated_at": _iso(time.time()),
-            "total": self.s.total,
-            "done": done,
-            "ok": done - errors,
-            "errors": errors,
-            "pending": left,
-            "in_flight": self.queue.in_flight if hasattr(self, "queue") else 0,
-            "waiting_retry": self.queue.waiting if hasattr(self, "queue") else 0,
-            "retries": self.retries,
-            "prompt_tokens": totals.prompt_tokens,  # every run's, from the journal
-            "completion_tokens": totals.completion_tokens,
-            "this_run": {
-                "lines": self.lines, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "wall_s": round(wall, 3), "lines_s": round(self.lines / wall, 3),
-                "input_tok_s": round(self.prompt_tokens / wall, 1), "output_tok_s": round(self.completion_tokens / wall, 1),
-            },
-            "recent": {
-                "window_s": round(window, 1), "lines_s": round(recent_lines / window, 3),
-                "input_tok_s": round(sum(r[1] for r in self.recent) / window, 1),
-                "output_tok_s": round(sum(r[2] for r in self.recent) / window, 1),
-            },
-            "eta_s": round(left / rate, 1) if rate > 0 and left else (0.0 if not left else None),
-            "targets": {
-                t.target.name: {
-                    "url": t.target.url, "concurrency": t.target.concurrency, "source": t.target.source, "lines": t.lines, "errors": t.errors,
-                    "retries": t.retries, "in_flight": t.in_flight, "prompt_tokens": t.prompt_tokens,
-                    "completion_tokens": t.completion_tokens, "up": t.up(now), "times_down": t.downs,
-                    "share": round((t.lines + t.errors) / all_lines, 4),
-                } for t in self.targets
-            },
-            "recovery": self.store.recovery.describe(),
-            "files": self.store.files(),
-        }
+        return progress_document(self)
+
+
+def progress_document(job: Job) -> dict[str, Any]:
+    """The progress document of ``job`` (docs/generate.md "Progress")."""
+    now = time.monotonic()
+    while job.recent and now - job.recent[0][0] > RECENT_S:
+        job.recent.popleft()
+    wall = max(now - job.started, 1e-9)
+    totals = job.store.totals
+    done = job.done
+    errors = job.errors_before + job.error_lines
+    window = min(RECENT_S, wall)
+    recent_lines = len(job.recent)
+    rate = recent_lines / window if recent_lines else (job.lines / wall)
+    left = max(0, job.s.total - done)
+    all_lines = sum(t.lines + t.errors for t in job.targets) or 1
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "state": job.state,
+        "message": job.message,
+        "pid": os.getpid(),
+        "labels": dict(job.s.labels),
+        "started_at": _iso(job.started_wall),
+        "updated_at": _iso(time.time()),
+        "total": job.s.total,
+        "done": done,
+        "ok": done - errors,
+        "errors": errors,
+        "pending": left,
+        "in_flight": job.queue.in_flight if hasattr(job, "queue") else 0,
+        "waiting_retry": job.queue.waiting if hasattr(job, "queue") else 0,
+        "retries": job.retries,
+        "prompt_tokens": totals.prompt_tokens,  # every run's, from the journal
+        "completion_tokens": totals.completion_tokens,
+        "this_run": {
+            "lines": job.lines, "prompt_tokens": job.prompt_tokens, "completion_tokens": job.completion_tokens,
+            "wall_s": round(wall, 3), "lines_s": round(job.lines / wall, 3),
+            "input_tok_s": round(job.prompt_tokens / wall, 1), "output_tok_s": round(job.completion_tokens / wall, 1),
+        },
+        "recent": {
+            "window_s": round(window, 1), "lines_s": round(recent_lines / window, 3),
+            "input_tok_s": round(sum(r[1] for r in job.recent) / window, 1),
+            "output_tok_s": round(sum(r[2] for r in job.recent) / window, 1),
+        },
+        "eta_s": round(left / rate, 1) if rate > 0 and left else (0.0 if not left else None),
+        "targets": {
+            t.target.name: {
+                "url": t.target.url, "concurrency": t.target.concurrency, "source": t.target.source,
+                "lines": t.lines, "errors": t.errors,
+                "retries": t.retries, "in_flight": t.in_flight, "prompt_tokens": t.prompt_tokens,
+                "completion_tokens": t.completion_tokens, "up": t.up(now), "times_down": t.downs,
+                "share": round((t.lines + t.errors) / all_lines, 4),
+            } for t in job.targets
+        },
+        "recovery": job.store.recovery.describe(),
+        "files": job.store.files(),
+        **({"instances": job.meter.shares()} if job.meter else {}),
+    }
 
 
 def _iso(epoch: float) -> str:

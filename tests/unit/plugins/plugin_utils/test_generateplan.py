@@ -50,6 +50,7 @@ def test_through_the_router_one_target_with_the_instances_summed_on_the_router_h
     assert plan["via"] == "router" and plan["host"] == "r" and plan["python"] == "/router/bin/python"
     assert plan["targets"] == [{"name": "router", "url": "http://127.0.0.1:8000", "concurrency": 32,
                                 "source": "sum of 2 instances' (sglang_generate_concurrency)"}]
+    assert plan["instances"] == [{"name": "a/gpu0", "url": "http://10.0.0.1:30000"}, {"name": "b/gpu0", "url": "http://10.0.0.1:30000"}]
 
 
 def test_an_instance_with_nothing_to_size_it_gets_the_fallback_with_a_warning(prompts: Path) -> None:

@@ -23,6 +23,7 @@ class FakeServer:
         self.flaky_times = flaky_times
         self.model = model  # served at GET /v1/models when set (a router asks every body for one)
         self.seen: collections.Counter[str] = collections.Counter()
+        self.tokens = [0, 0]  # prompt, completion: served at GET /metrics as SGLang's counters
         self.bodies: dict[str, dict[str, Any]] = {}
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -40,6 +41,12 @@ class FakeServer:
             return web.json_response({"detail": "Not Found"}, status=404)
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        labels = '{engine_type="unified",is_streaming="false",model_name="fake"}'
+        return web.Response(text=f"# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{labels} "
+                                 f"{float(self.tokens[0])}\n# TYPE sglang:generation_tokens_total counter\n"
+                                 f"sglang:generation_tokens_total{labels} {float(self.tokens[1])}\n")
+
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
         if self.model and body.get("model") is None:
@@ -56,6 +63,8 @@ class FakeServer:
         if ident in self.flaky and self.seen[ident] <= self.flaky_times:
             return web.json_response({"object": "error", "message": "busy"}, status=503)
         words = int(body.get("max_tokens") or 4)
+        self.tokens[0] += len(ident)
+        self.tokens[1] += words
         chat = "messages" in body
         choice = ({"index": 0, "message": {"role": "assistant", "content": " w" * words}, "finish_reason": "length"}
                   if chat else {"index": 0, "text": " w" * words, "finish_reason": "length"})
@@ -74,6 +83,7 @@ class FakeServer:
             app.router.add_post("/v1/completions", self._handle)
             app.router.add_post("/v1/chat/completions", self._handle)
             app.router.add_get("/v1/models", self._models)
+            app.router.add_get("/metrics", self._metrics)
             self._runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", port, reuse_address=True)

@@ -90,6 +90,23 @@ def test_a_body_without_a_model_gets_the_one_the_target_serves_and_one_with_a_mo
     assert "models: router=served" in (tmp_path / "job" / "job.log").read_text()
 
 
+def test_through_a_router_the_instances_counters_give_each_ones_share(tmp_path: Path) -> None:
+    busy, idle = FakeServer().start(), FakeServer().start()
+    busy.tokens = [100, 1000]  # served before the job: not the job's
+    try:
+        write_input(tmp_path / "in.jsonl", 40, chat_every=0)
+        report = job.run(settings(tmp_path, runner.Target("router", busy.url, 4), instances=(
+            {"name": "h/busy", "url": busy.url}, {"name": "h/idle", "url": idle.url},
+            {"name": "h/gone", "url": dead_url()})))
+    finally:
+        busy.stop()
+        idle.stop()
+    shares = report["instances"]
+    assert shares["h/busy"]["completion_tokens"] == report["completion_tokens"] == 160 and shares["h/busy"]["share"] == 1.0
+    assert shares["h/idle"] == {"prompt_tokens": 0, "completion_tokens": 0, "share": 0.0, "up": True, "restarts": 0}
+    assert shares["h/gone"]["up"] is False
+
+
 def test_a_cause_every_request_meets_stops_the_run_and_retry_errors_sends_them_again(tmp_path: Path) -> None:
     ids = write_input(tmp_path / "in.jsonl", 300, chat_every=0)
     srv = FakeServer(fail={i: 422 for i in ids}).start()
