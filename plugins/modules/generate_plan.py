@@ -78,7 +78,9 @@ plan:
       type: list
       elements: dict
     instances:
-      description: Through the router, the instances behind it (C(name), C(url) as the router's host reaches them), whose C(/metrics) give each one's share; empty otherwise.
+      description:
+        - Through the router, the instances behind it (C(name), C(url) as the router's host reaches
+          them), whose C(/metrics) give each one's share; empty otherwise.
       type: list
       elements: dict
     concurrency:

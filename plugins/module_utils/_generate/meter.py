@@ -45,8 +45,8 @@ class Meter:
         if name not in self._base:
             self._base[name], self._last[name], self._offset[name] = list(values), list(values), [0.0] * len(values)
             return
-        if any(now < before for now, before in zip(values, self._last[name])):
-            self._offset[name] = [o + before for o, before in zip(self._offset[name], self._last[name])]
+        if any(now < before for now, before in zip(values, self._last[name], strict=True)):
+            self._offset[name] = [o + before for o, before in zip(self._offset[name], self._last[name], strict=True)]
             self.restarts[name] = self.restarts.get(name, 0) + 1
         self._last[name] = list(values)
 
@@ -72,7 +72,7 @@ class Meter:
             if name not in self._base:
                 served[name] = [0.0, 0.0]
                 continue
-            served[name] = [last + off - base for last, off, base in zip(self._last[name], self._offset[name], self._base[name])]
+            served[name] = [last + off - base for last, off, base in zip(self._last[name], self._offset[name], self._base[name], strict=True)]
         out_total = sum(v[1] for v in served.values())
         return {name: {"prompt_tokens": int(v[0]), "completion_tokens": int(v[1]),
                        "share": round(v[1] / out_total, 4) if out_total else 0.0,
