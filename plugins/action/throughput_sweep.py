@@ -2,7 +2,7 @@
 # Apache-2.0 (see LICENSE)
 """Action llmops.sglang.throughput_sweep: the module with, when the task says
 ``options_from_role: bench``, every documented option it does not give taken from the role's
-``sglang_bench_<option>`` (``_roleoptions``), so the bench role passes options, not one keyword per
+``sglang_bench_<option>`` (``_stepaction.RoleOptionsAction``), so the bench role passes options, not one keyword per
 option; and, run over the local connection (the controller's machine) without O(watch_pid), with
 the controller's process to watch (an async sweep there is a daemon that neither Ctrl-C nor the
 play's end reaches). The module then runs as it would without this action (``async`` included)."""
@@ -10,38 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-from ansible.utils.vars import merge_hash
-
 from ansible_collections.llmops.sglang.plugins.lookup.controller_pid import controller_pid
-from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_options
-from ansible_collections.llmops.sglang.plugins.plugin_utils._docspec import documented_options
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import plain
-from ansible_collections.llmops.sglang.plugins.plugin_utils._roleoptions import MISSING, options_from_role
-
-MODULE = "llmops.sglang.throughput_sweep"
+from ansible_collections.llmops.sglang.plugins.plugin_utils._stepaction import RoleOptionsAction
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = True
+class ActionModule(RoleOptionsAction):
+    NAME = "throughput_sweep"
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = dict(self._task.args)
-        role = args.pop("options_from_role", None)
-        if role:
-            def get(name: str) -> Any:
-                return plain(self._templar.template(task_vars[name])) if name in task_vars else MISSING
-
-            args = options_from_role(str(role), documented_options("throughput_sweep"), args, get, role_options(str(role)))
+    def module_args(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         watch_controller = args.pop("watch_controller", True)
         if watch_controller and "watch_pid" not in args and getattr(self._connection, "transport", None) == "local":
             args["watch_pid"] = controller_pid()
-        wrap_async = self._task.async_val and not self._connection.has_native_async
-        result = merge_hash(result, self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,
-                                                         wrap_async=wrap_async))
-        if not wrap_async:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
-        return result
+        return args

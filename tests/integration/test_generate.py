@@ -50,6 +50,14 @@ def progress(dep: Deployment, name: str) -> dict:
         return {}
 
 
+def wait_done(dep: Deployment, name: str, at_least: int, play, timeout: float = 240) -> None:
+    """Until the job has at_least lines done (its playbook still running), bounded."""
+    deadline = time.monotonic() + timeout
+    while progress(dep, name).get("done", 0) < at_least:
+        assert play.poll() is None and time.monotonic() < deadline, "the job did not get going"
+        time.sleep(0.2)
+
+
 def test_a_dataset_once_through_the_instances_then_nothing_again_status_and_a_bad_input_refused(
         deployment: Deployment, tmp_path: Path) -> None:
     dep = deployment
@@ -102,10 +110,7 @@ def test_the_job_outlives_its_controller_and_an_instance_and_the_rerun_finishes_
                 "sglang_generate_poll": 0.5, "sglang_generate_reports_dir": str(tmp_path / "reports"),
                 "sglang_generate_concurrency": 4, "sglang_generate_backoff_s": 0.2}
         play = dep.start("generate.yml", **args)
-        deadline = time.monotonic() + 240
-        while progress(dep, "big").get("done", 0) < 100:
-            assert play.poll() is None and time.monotonic() < deadline, "the job did not get going"
-            time.sleep(0.2)
+        wait_done(dep, "big", 100, play)
         os.killpg(play.pid, signal.SIGKILL)  # the controller gone: ansible-playbook and its workers
         play.wait(30)
         before = progress(dep, "big")
@@ -142,10 +147,7 @@ def test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line(tmp_pat
                 "sglang_generate_poll": 1, "sglang_generate_reports_dir": str(tmp_path / "reports"),
                 "sglang_generate_concurrency": 1, "sglang_generate_backoff_s": 0.2}
         play = dep.start("generate.yml", **args)
-        deadline = time.monotonic() + 240
-        while progress(dep, "roll").get("done", 0) < 100:
-            assert play.poll() is None and time.monotonic() < deadline, "the job did not get going"
-            time.sleep(0.2)
+        wait_done(dep, "roll", 100, play)
         roll = dep.play("deploy.yml", sglang_extra_args={"--watchdog-timeout": 700}, sglang_rollout_batch=1)
         assert roll.rc == 0, roll.out[-3000:]
         during = progress(dep, "roll")

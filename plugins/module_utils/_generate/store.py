@@ -181,13 +181,7 @@ def retry_errors(folder: str) -> int:
         return 0
     entries = [json.loads(raw) for _, raw in _whole_lines(journal, 0)[0]]
     kept = [e for e in entries if e.get("f") != ERRORS]
-    tmp = journal + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(b"".join(_journal_bytes(e) for e in kept))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, journal)
-    _fsync_dir(folder)
+    _rewrite_journal(folder, kept)
     return len(entries) - len(kept)
 
 
@@ -225,7 +219,7 @@ class Store:
         kept = [e for e in entries if e.get("e", 0) <= sizes.get(e.get("f"), -1)]
         if len(kept) < len(entries):
             self.recovery.dropped = len(entries) - len(kept)
-            self._rewrite_journal(kept)
+            _rewrite_journal(self.folder, kept)
         for entry in kept:
             self._count(entry)
         found: list[dict[str, Any]] = []
@@ -271,16 +265,6 @@ class Store:
         self.totals.add(bool(entry.get("ok")), int(entry.get("i") or 0), int(entry.get("o") or 0))
         name = str(entry["f"])
         self._ends[name] = max(self._ends.get(name, 0), int(entry["e"]))
-
-    def _rewrite_journal(self, entries: list[dict[str, Any]]) -> None:
-        path = os.path.join(self.folder, JOURNAL)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(b"".join(_journal_bytes(e) for e in entries))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self.folder)
 
     def _append_journal(self, entries: Iterable[dict[str, Any]]) -> None:
         fd = os.open(os.path.join(self.folder, JOURNAL), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -347,6 +331,18 @@ class Store:
         names = self._output_files()
         return {"results": sorted((n for n in names if n != ERRORS), key=self._file_order),
                 "errors": [n for n in names if n == ERRORS]}
+
+
+def _rewrite_journal(folder: str, entries: list[dict[str, Any]]) -> None:
+    """The journal replaced, whole, by ``entries`` (a temporary file, fsync, rename, the folder's fsync)."""
+    path = os.path.join(folder, JOURNAL)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(b"".join(_journal_bytes(e) for e in entries))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(folder)
 
 
 def _journal_bytes(entry: Mapping[str, Any]) -> bytes:
