@@ -296,6 +296,8 @@ demo: setup router
 	$(BIN)/ansible-playbook playbooks/deploy.yml -e profile=mtp_hicache
 	$(BIN)/ansible-playbook playbooks/status.yml
 	$(BIN)/ansible-playbook playbooks/bench.yml
+	$(BIN)/ansible-playbook playbooks/generate.yml -e sglang_generate_input=examples/prompts.jsonl \
+	  -e '{"sglang_generate_defaults": {"max_tokens": 128}}'
 
 stop: setup
 	$(BIN)/ansible-playbook playbooks/stop.yml

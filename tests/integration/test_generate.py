@@ -135,14 +135,16 @@ def test_the_job_outlives_its_controller_and_an_instance_and_the_rerun_finishes_
 
 @pytest.mark.e2e
 def test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line(tmp_path: Path) -> None:
-    """The real sglang-router in front of the two instances; generate.yml through it while
-    deploy.yml restarts both instances one at a time (a flag changed, sglang_rollout_batch 1):
-    no request fails for good, every line once, the job ran throughout (one run)."""
+    """The real sglang-router in front of the two instances; generate.yml through it (one request
+    per instance: 12,000 lines outlast any rollout) while deploy.yml restarts both instances one
+    at a time (a flag changed, sglang_rollout_batch 1): no request fails for good, every line
+    written so far once, the job ran throughout. Then it is stopped and resumed at 16 per
+    instance, so the test's length does not follow the machine's pace: every line once in all."""
     dep = router_inventory(tmp_path, sglang_sim_time_scale=0.05)
     try:
         assert dep.play("deploy.yml").rc == 0
         before = dep.pids()
-        ids = write_prompts(tmp_path / "roll.jsonl", 3000)
+        ids = write_prompts(tmp_path / "roll.jsonl", 12000)
         args = {"sglang_generate_input": str(tmp_path / "roll.jsonl"), "sglang_generate_defaults": {"max_tokens": 64},
                 "sglang_generate_poll": 1, "sglang_generate_reports_dir": str(tmp_path / "reports"),
                 "sglang_generate_concurrency": 1, "sglang_generate_backoff_s": 0.2}
@@ -151,18 +153,26 @@ def test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line(tmp_pat
         roll = dep.play("deploy.yml", sglang_extra_args={"--watchdog-timeout": 700}, sglang_rollout_batch=1)
         assert roll.rc == 0, roll.out[-3000:]
         during = progress(dep, "roll")
-        assert during["state"] == "running" and during["done"] < 3000, "the job ended before the rollout did: lengthen it"
+        assert during["state"] == "running" and during["done"] < 12000, "the job ended before the rollout did: lengthen it"
         after = dep.pids()
         assert all(after[name] != before[name] for name in before), (before, after)
-        run = dep.finish(play, timeout=600)
-        assert run.rc == 0, run.out[-3000:]
-        assert outputs(job_folder(dep, "roll")) == dict.fromkeys(ids, 1)
-        summary = json.loads((tmp_path / "reports" / "generate" / "roll" / "summary.json").read_text())
-        assert summary["state"] == "finished" and summary["errors"] == 0 and set(summary["targets"]) == {"router"}
+        stop = dep.play("generate.yml", generate_action="stop", sglang_generate_job="roll",
+                        sglang_generate_reports_dir=str(tmp_path / "reports"))
+        assert stop.rc == 0 and "(stopped now)" in stop.out, stop.out[-3000:]
+        first = dep.finish(play, timeout=120)
+        assert first.rc == 0, first.out[-3000:]
+        folder = job_folder(dep, "roll")
+        runs = [json.loads(x) for x in (folder / "runs.jsonl").read_text().splitlines()]
+        assert runs[0]["state"] == "stopped" and runs[0]["errors"] == 0 and runs[0]["done"] >= during["done"], runs[0]
+        assert set(outputs(folder).values()) == {1}
         # behind the router, each instance's own counters: both served, both restarted under the job
-        behind = summary["instances"]
+        behind = runs[0]["instances"]
         assert set(behind) == {"localhost/gpu0", "localhost/gpu1"}, behind
         assert all(i["restarts"] >= 1 and i["completion_tokens"] > 0 and i["up"] for i in behind.values()), behind
-        assert (job_folder(dep, "roll") / "job.log").read_text().count(" INFO run ") == 1
+        rest = dep.play("generate.yml", timeout=600, **{**args, "sglang_generate_concurrency": 16})
+        assert rest.rc == 0, rest.out[-3000:]
+        assert outputs(folder) == dict.fromkeys(ids, 1)
+        summary = json.loads((tmp_path / "reports" / "generate" / "roll" / "summary.json").read_text())
+        assert summary["state"] == "finished" and summary["errors"] == 0 and set(summary["targets"]) == {"router"}
     finally:
         stop_all(dep)

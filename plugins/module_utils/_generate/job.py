@@ -269,7 +269,7 @@ def _write_job(folder: str, settings: _runner.Settings, scanned: _inputs.Scan, b
 
 def _append_run(folder: str, report: Mapping[str, Any]) -> None:
     line = {k: report.get(k) for k in ("state", "message", "started_at", "updated_at", "total", "done", "errors",
-                                       "retries", "this_run", "targets")}
+                                       "retries", "this_run", "targets", "instances") if k in report}
     with open(_path(folder, RUNS), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line, separators=(",", ":")) + "\n")
 

@@ -141,7 +141,7 @@ def test_the_readmes_two_commands_say_what_they_run_and_how_long_they_took(repo_
     demo_line = re.search(r"^\s+make demo\s+# (.*)$", readme, re.M)
     test_line = re.search(r"^\s+make test\s+# (.*)$", readme, re.M)
     assert demo_line and test_line
-    words = {"deploy.yml": "deploy", "status.yml": "status", "bench.yml": "sweep"}
+    words = {"deploy.yml": "deploy", "status.yml": "status", "bench.yml": "sweep", "generate.yml": "generation job"}
     for playbook in re.findall(r"playbooks/(\w+\.yml)", _make_target(makefile, "demo")):
         assert words[playbook] in demo_line.group(1), (playbook, demo_line.group(1))
     stages = {"lint": "lint", "unit": "unit tests", "integration": "integration tests", "molecule": "molecule",
