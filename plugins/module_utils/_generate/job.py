@@ -26,6 +26,7 @@ from typing import Any
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import inputs as _inputs
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import runner as _runner
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import store as _store
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import modulespec
 
 JOB = "job.json"
 LOCK = "job.lock"
@@ -292,9 +293,12 @@ def status(folder: str) -> dict[str, Any]:
             "progress": progress if isinstance(progress, dict) else None}
 
 
-def stop(folder: str, timeout: float = 60.0, interval: float = 0.2) -> dict[str, Any]:
+def stop(folder: str, timeout: float | None = None, interval: float = 0.2) -> dict[str, Any]:
     """SIGTERM to the running job, then wait until its lock is free (SIGKILL after ``timeout``:
-    what it wrote stays, what was in flight is sent again on resume)."""
+    what it wrote stays, what was in flight is sent again on resume); ``timeout`` by default the
+    module's documented ``stop_timeout_s``."""
+    if timeout is None:
+        timeout = float(modulespec.default("generate_job", "stop_timeout_s"))
     pid = running_pid(folder)
     if pid is None:
         return {"stopped": False, "was_running": False, "killed": False, **status(folder)}

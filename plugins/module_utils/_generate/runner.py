@@ -39,6 +39,7 @@ from typing import Any
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import inputs as _inputs
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import meter as _meter
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import store as _store
+from ansible_collections.llmops.sglang.plugins.module_utils._shared import modulespec
 
 try:
     import aiohttp
@@ -67,6 +68,10 @@ class Target:
     source: str = ""
 
 
+def _documented(option: str) -> Any:
+    return modulespec.default("generate_job", option)
+
+
 @dataclass(frozen=True)
 class Settings:
     """How the job sends and writes (``generate_job``'s options, documented there)."""
@@ -76,18 +81,20 @@ class Settings:
     targets: tuple[Target, ...]
     total: int
     defaults: dict[str, Any] = field(default_factory=dict)
-    max_attempts: int = 8
-    backoff_s: float = 1.0
-    backoff_max_s: float = 60.0
-    request_timeout_s: float = 3600.0
-    down_timeout_s: float = 900.0
-    shard_lines: int = 100000
-    progress_interval_s: float = 2.0
+    # the module's options: their documented defaults (plugins/modules/generate_job.py owns them)
+    max_attempts: int = _documented("max_attempts")
+    backoff_s: float = _documented("backoff_s")
+    backoff_max_s: float = _documented("backoff_max_s")
+    request_timeout_s: float = _documented("request_timeout_s")
+    down_timeout_s: float = _documented("down_timeout_s")
+    shard_lines: int = _documented("shard_lines")
+    progress_interval_s: float = _documented("progress_interval_s")
+    # the writer's batches: not options
     flush_s: float = 0.2
     flush_lines: int = 1024
     api_key: str | None = None
     labels: dict[str, Any] = field(default_factory=dict)
-    max_failures_in_a_row: int = 50
+    max_failures_in_a_row: int = _documented("max_failures_in_a_row")
     instances: tuple[dict[str, Any], ...] = ()  # behind a router: whose /metrics give each one's share
 
 
