@@ -314,17 +314,19 @@ class Job:
                 for res in await every:
                     if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
                         raise res
+                # the progress loop ends before the session closes: a read of the meter it was
+                # making would find the session closed and mark every instance down
+                await _cancelled(progress)
+                self._session = None
                 if self.meter:
                     await self.meter.read(session)
-                self._session = None
         except _inputs.InputError as exc:
             self.state, self.message = "failed", str(exc)
         finally:
             self._closing = True
             self._flushed.set()
             await writer  # its last batch written and counted
-            progress.cancel()
-            await asyncio.gather(progress, return_exceptions=True)
+            await _cancelled(progress)
             self._pool.shutdown(wait=True)
         if self.state == "running":
             pending_left = self.s.total - self.done
@@ -559,6 +561,12 @@ def progress_document(job: Job) -> dict[str, Any]:
         "files": job.store.files(),
         **({"instances": job.meter.shares()} if job.meter else {}),
     }
+
+
+async def _cancelled(task: Any) -> None:
+    """Cancel a task and wait until it has ended (whatever it raised)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _iso(epoch: float) -> str:
