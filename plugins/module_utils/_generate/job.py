@@ -26,6 +26,7 @@ from typing import Any
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import inputs as _inputs
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import runner as _runner
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import store as _store
+from ansible_collections.llmops.sglang.plugins.module_utils._server.files import atomic_write
 from ansible_collections.llmops.sglang.plugins.module_utils._shared import modulespec
 
 JOB = "job.json"
@@ -185,9 +186,7 @@ def run(settings: _runner.Settings, allow_input_change: bool = False, job_name: 
         return {"state": "running", "attached": True, "pid": running_pid(folder), "folder": folder}
     handler = _logger(folder)
     try:
-        with open(_path(folder, PID) + ".tmp", "w", encoding="ascii") as fh:
-            fh.write(f"{os.getpid()}\n")
-        os.replace(_path(folder, PID) + ".tmp", _path(folder, PID))
+        atomic_write(_path(folder, PID), f"{os.getpid()}\n".encode("ascii"), 0o644)
         scanned, ids = _scan(settings.input, settings.defaults)
         before = _input_changed(folder, scanned, allow_input_change)
         if retry_errors:
@@ -262,10 +261,7 @@ def _write_job(folder: str, settings: _runner.Settings, scanned: _inputs.Scan, b
         "targets": [{"name": t.name, "url": t.url, "concurrency": t.concurrency} for t in settings.targets],
         "shard_lines": settings.shard_lines,
     }
-    tmp = _path(folder, JOB) + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, _path(folder, JOB))
+    atomic_write(_path(folder, JOB), json.dumps(doc, indent=1).encode("utf-8"), 0o644)
 
 
 def _append_run(folder: str, report: Mapping[str, Any]) -> None:

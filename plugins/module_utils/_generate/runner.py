@@ -39,6 +39,7 @@ from typing import Any
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import inputs as _inputs
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import meter as _meter
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import store as _store
+from ansible_collections.llmops.sglang.plugins.module_utils._server.files import atomic_write
 from ansible_collections.llmops.sglang.plugins.module_utils._shared import modulespec
 
 try:
@@ -580,8 +581,4 @@ def _summary_line(report: dict[str, Any]) -> str:
 
 
 def _write_progress(folder: str, report: dict[str, Any]) -> None:
-    path = os.path.join(folder, PROGRESS)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write(os.path.join(folder, PROGRESS), json.dumps(report, indent=1, sort_keys=True).encode("utf-8"), 0o644)
