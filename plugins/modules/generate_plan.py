@@ -22,7 +22,7 @@ description:
     play has one.
   - An instance's concurrency - C(sglang_generate_concurrency), else its host's
     C(sglang_tuned.at_concurrency), else its last sweep's knee (or peak), else its
-    C(max_running_requests), else 32 (with a warning); each target says where its number came from.
+    C(max_running_requests), else C(sglang_generate_fallback_concurrency) (with a warning); each target says where its number came from.
   - Checks the input on the controller, before anything is copied or sent - every line, each
     refused one with its number and reason (unless C(sglang_generate_input_on_host)) - and names
     its copy on the host by its sha256 (C(input-<sha256[:16]>.jsonl) in the job's folder), so that

@@ -18,7 +18,7 @@ Targets (``sglang_generate_target``):
 An instance's concurrency (``concurrency_for``): ``sglang_generate_concurrency`` when > 0, else
 the host's tuned result (``sglang_tuned.at_concurrency``), else its last sweep's knee (or peak)
 concurrency (``sglang_sweeps``), else its ``max_running_requests`` from the manifest, else
-``FALLBACK_CONCURRENCY``; the source is in the plan.
+``sglang_generate_fallback_concurrency``; the source is in the plan.
 """
 from __future__ import annotations
 
@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import inputs as _inputs
+from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
 from ansible_collections.llmops.sglang.plugins.plugin_utils._routing import node_rank, worker_url
 
-FALLBACK_CONCURRENCY = 32
 VARIABLES = ("sglang_generate_job", "sglang_generate_input", "sglang_generate_input_on_host", "sglang_generate_target",
              "sglang_generate_host", "sglang_generate_dir", "sglang_generate_concurrency", "sglang_generate_python",
-             "sglang_generate_defaults", "sglang_base_dir", "sglang_generate_action")
+             "sglang_generate_defaults", "sglang_base_dir", "sglang_generate_action",
+             "sglang_generate_fallback_concurrency")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -69,7 +70,14 @@ def job_name(variables: dict[str, Any]) -> str:
     return name
 
 
-def concurrency_for(host: str, instance: dict[str, Any], fleet: Fleet, given: int) -> tuple[int, str]:
+def fallback_concurrency(variables: dict[str, Any]) -> int:
+    """sglang_generate_fallback_concurrency, else its declared default."""
+    value = variables.get("sglang_generate_fallback_concurrency")
+    return int(value if value is not None else role_default("generate", "sglang_generate_fallback_concurrency"))
+
+
+def concurrency_for(host: str, instance: dict[str, Any], fleet: Fleet, given: int,
+                    fallback: int) -> tuple[int, str]:
     """An instance's concurrency and where it came from (the module's docstring)."""
     if given > 0:
         return given, "sglang_generate_concurrency"
@@ -85,7 +93,7 @@ def concurrency_for(host: str, instance: dict[str, Any], fleet: Fleet, given: in
     mrr = instance.get("max_running_requests")
     if isinstance(mrr, int) and mrr > 0:
         return mrr, "max_running_requests"
-    return FALLBACK_CONCURRENCY, "fallback"
+    return fallback, "fallback"
 
 
 def _instances(fleet: Fleet) -> list[tuple[str, dict[str, Any]]]:
@@ -127,6 +135,9 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
     given = int(variables.get("sglang_generate_concurrency") or 0)
     if given < 0:
         raise GeneratePlanError(f"sglang_generate_concurrency {given}: give a count > 0, or 0 to take it from the fleet")
+    fallback = fallback_concurrency(variables)
+    if fallback < 1:
+        raise GeneratePlanError(f"sglang_generate_fallback_concurrency {fallback}: give a count >= 1")
     instances = _instances(fleet)
     if not instances:
         raise GeneratePlanError("no SGLang instance is deployed on the play's hosts "
@@ -141,7 +152,7 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
             raise GeneratePlanError(f"sglang_generate_host {host} is not a router host of the play ({', '.join(routers)}): "
                                     "through the router the job runs on a router host")
         client = fleet.routers[host]
-        per = [concurrency_for(h, i, fleet, given) for h, i in instances]
+        per = [concurrency_for(h, i, fleet, given, fallback) for h, i in instances]
         total = sum(c for c, _ in per)
         sources = sorted({s for _, s in per})
         targets = [{"name": "router", "url": str(client["url"]), "concurrency": total,
@@ -163,14 +174,14 @@ def plan(variables: dict[str, Any], fleet: Fleet, play_hosts: list[str]) -> dict
                 raise GeneratePlanError(f"instance {inst.get('name')} of {h} listens on loopback only, which the job on "
                                         f"{host} cannot reach: bind the servers to an address other hosts reach "
                                         "(sglang_host_address), or run the job there (sglang_generate_host)")
-            conc, source = concurrency_for(h, inst, fleet, given)
+            conc, source = concurrency_for(h, inst, fleet, given, fallback)
             targets.append({"name": f"{h}/{inst['name']}", "url": url, "concurrency": conc, "source": source})
         manifest = fleet.deployments.get(host) or {}
         python = str(variables.get("sglang_generate_python") or manifest.get("python") or "python3")
     sending = variables.get("sglang_generate_action", "run") in ("run", "resume")
     if sending and (any(t["source"] == "fallback" for t in targets) or "fallback" in targets[0]["source"]):
         warnings.append(f"no tuned result, sweep or max_running_requests for some instances: they get concurrency "
-                        f"{FALLBACK_CONCURRENCY}; run bench.yml or tune.yml first, or set sglang_generate_concurrency")
+                        f"{fallback} (sglang_generate_fallback_concurrency); run bench.yml or tune.yml first, or set sglang_generate_concurrency")
     own = {k: v for k, v in (fleet.dirs.get(host) or {}).items() if v}
     where = {**variables, **own}
     base = str(where.get("sglang_generate_dir") or f"{str(where.get('sglang_base_dir') or '/opt/sglang').rstrip('/')}/generate")

@@ -55,7 +55,10 @@ def test_through_the_router_one_target_with_the_instances_summed_on_the_router_h
 
 def test_an_instance_with_nothing_to_size_it_gets_the_fallback_with_a_warning(prompts: Path) -> None:
     plan = gp.plan(variables(prompts, sglang_generate_target="instances"), gp.Fleet(deployments={"a": manifest("gpu0")}), ["a"])
-    assert plan["targets"][0]["concurrency"] == gp.FALLBACK_CONCURRENCY and "run bench.yml or tune.yml first" in plan["warnings"][0]
+    assert plan["targets"][0]["concurrency"] == 32 and "run bench.yml or tune.yml first" in plan["warnings"][0]
+    given = gp.plan(variables(prompts, sglang_generate_target="instances", sglang_generate_fallback_concurrency=6),
+                    gp.Fleet(deployments={"a": manifest("gpu0")}), ["a"])
+    assert given["targets"][0]["concurrency"] == 6 and "6 (sglang_generate_fallback_concurrency)" in given["warnings"][0]
 
 
 def test_ranks_above_0_are_no_targets(prompts: Path) -> None:
