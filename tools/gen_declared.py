@@ -291,8 +291,9 @@ def _storage_keys_table() -> dict[str, list[str]]:
     """docs/planning.md's table of sglang_hicache_storage's keys, from plugin_utils/_plan/storage.py's OPTIONS."""
     from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import OPTIONS
 
-    rows = ["| key | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{key}` | {_flow(option.default)} | {option.meaning} |" for key, option in OPTIONS.items()]
+    rows = ["| key | backends | default | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{key}` | {', '.join(option.backends)} | {_flow(option.default)} | {option.meaning} |"
+             for key, option in OPTIONS.items()]
     return {"storage keys": rows}
 
 

@@ -61,7 +61,7 @@ class ActionModule(ActionBase):
         facts = self._module("llmops.sglang.host_facts", modules_run, task_vars,
                              declared_gpus=inputs.settings.get("declared_gpus") or [], deployment_dir=base_dir,
                              **({"model_path": model_path} if model_path else {}),
-                             **({"storage_paths": [storage.root]} if storage else {}))
+                             **({"storage_paths": [storage.root]} if storage and storage.root else {}))
         host_facts = facts["ansible_facts"]["sglang_host"]
         try:
             config = self._model_config(model_path, facts.get("model_config"))

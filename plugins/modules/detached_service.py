@@ -151,6 +151,12 @@ options:
         fails with the tail of its log.
     type: float
     default: 1.0
+  restart_changed:
+    description:
+      - With O(state=started), a running service whose pid file records another command line than
+        O(command) is restarted (a change), instead of being left running.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - llmops.sglang.service_log
 attributes:
@@ -354,6 +360,7 @@ def _spec(p: dict[str, Any], item: dict[str, Any]) -> ServiceSpec:
         kill_timeout=float(p["kill_timeout"]),
         start_grace=float(p["start_grace"]),
         log_tail_lines=int(p["log_tail_lines"]),
+        restart_changed=bool(p["restart_changed"]),
     )
 
 

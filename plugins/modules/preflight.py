@@ -44,6 +44,11 @@ options:
       fix:
         description: What to do when another program holds it (the message says "stop it, " and then this).
         type: str
+      ours_dir:
+        description:
+          - A folder whose service may hold the port (a process working in that folder, for
+            example the storage tier's master the role runs beside the instances).
+        type: path
   deployment_dir:
     description: The deployment's base folder; ports held by its instances are not a problem.
     type: path

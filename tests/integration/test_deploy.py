@@ -561,3 +561,50 @@ def test_the_hosts_of_a_batch_roll_out_together_not_one_after_another(tmp_path: 
     finally:
         for dep in (one, two):
             cleanup(dep)
+
+
+def test_a_mooncake_tier_runs_its_master_and_a_page_one_instance_served_is_the_others_hit(
+        deployment: Deployment) -> None:
+    """sglang_hicache_storage backend mooncake with no master (issue 30): the role runs the store's
+    master on this host (the embedded engine's stand-in, with mooncake_master's flags) before the
+    instances, each instance mounts its segment (the plan took them out of the host tier's budget),
+    a prompt served by gpu0 is read from the store by gpu1; a re-run changes nothing; stop.yml
+    stops the master after the instances."""
+    from .conftest import free_port_block
+
+    rpc = free_port_block(2)
+    storage = {"backend": "mooncake", "segment_gib": 1, "master_port": rpc, "metrics_port": rpc + 1}
+    run = deployment.play("deploy.yml", profile="hicache", sglang_hicache_storage=storage)
+    assert run.rc == 0, run.out[-4000:]
+    assert run.out.index("Run the storage tier's master") < run.out.index("Start the batch")
+    manifest = deployment.manifest()
+    assert manifest["kvstore"]["address"] == f"127.0.0.1:{rpc}" and manifest["hicache"]["lent_bytes"] == \
+        manifest["hicache_storage"]["lent_bytes_total"] > 2 * 2**30
+    master_pid = int((deployment.base / "kvstore" / "master.pid").read_text().split()[0])
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{rpc + 1}/metrics", timeout=5).read().decode()
+    assert "master_active_clients 2\n" in metrics and "master_total_capacity_bytes 2147483648\n" in metrics, metrics
+
+    prompt = "shared system prompt " * 400
+    urls = {i["name"]: i["connect_url"] for i in manifest["instances"]}
+
+    def generate(url: str) -> dict:
+        body = json.dumps({"text": prompt, "sampling_params": {"max_new_tokens": 2}}).encode()
+        request = urllib.request.Request(f"{url}/generate", body, {"Content-Type": "application/json"})
+        return json.loads(urllib.request.urlopen(request, timeout=60).read())["meta_info"]["cached_tokens_details"] or {}
+
+    assert generate(urls["gpu0"]).get("storage", 0) == 0  # a prompt no instance served yet
+    deadline = time.monotonic() + 30  # gpu0 writes its pages through as it serves
+    while True:
+        details = generate(urls["gpu1"])
+        if details.get("storage", 0) > 1000 or time.monotonic() > deadline:
+            break
+        urllib.request.urlopen(urllib.request.Request(f"{urls['gpu1']}/flush_cache", b"", method="POST"), timeout=10)
+        time.sleep(0.5)
+    assert details["storage"] > 1000 and details["storage_backend"] == "MooncakeStore", details
+
+    again = deployment.play("deploy.yml", profile="hicache", sglang_hicache_storage=storage)
+    assert again.rc == 0 and again.changed == 0, again.out[-3000:]
+    assert int((deployment.base / "kvstore" / "master.pid").read_text().split()[0]) == master_pid
+    stopped = deployment.play("stop.yml")
+    assert stopped.rc == 0, stopped.out[-3000:]
+    assert not group_members(master_pid) and not (deployment.base / "kvstore" / "master.pid").exists()

@@ -28,6 +28,13 @@ def restart(spec: ServiceSpec, check_mode: bool = False) -> ActionResult:
 def apply(spec: ServiceSpec, state: str, check_mode: bool = False) -> ActionResult:
     """Drive the service to ``state`` (started, stopped, restarted) or observe it (status)."""
     if state == "started":
+        if spec.restart_changed:
+            current = status(spec)
+            if current.running and current.record is not None and current.record.argv \
+                    and list(current.record.argv) != list(spec.command):
+                result = restart(spec, check_mode)
+                result.msg = f"{result.msg}: it ran another command line"
+                return result
         return start(spec, check_mode)
     if state == "stopped":
         return stop(spec, check_mode)

@@ -40,6 +40,7 @@ class ServiceSpec:
     kill_timeout: float = 30.0
     start_grace: float = 1.0
     log_tail_lines: int = 50
+    restart_changed: bool = False  # started: a running service started with another command is restarted
 
 
 @dataclass

@@ -312,7 +312,7 @@ def _batches(out: _Text) -> None:
                            base=out.sched)])
         store = cache.storage if cache else None
         if store is not None:  # the storage tier's own collector (its labels, not the scheduler's)
-            tier = [("storage_backend", "file"), ("tp_rank", "0"), ("dp_rank", "0"), ("pp_rank", "0"),
+            tier = [("storage_backend", store.backend_name), ("tp_rank", "0"), ("dp_rank", "0"), ("pp_rank", "0"),
                     ("pp_size", "1"), ("attn_cp_rank", "0"), ("attn_cp_size", "1")]
             out.family("prefetched_tokens_total", [
                 out.sample("prefetched_tokens_total", [], store.prefetched_tokens, base=tier)])

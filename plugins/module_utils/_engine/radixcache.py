@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ansible_collections.llmops.sglang.plugins.module_utils._engine.storagetier import PageStore
+    from ansible_collections.llmops.sglang.plugins.module_utils._engine.storeclient import StoreClient
 
 Ids = Sequence[Hashable]
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
@@ -95,7 +96,7 @@ class PrefixCache:
 
     def __init__(self, device_tokens: int, host_tokens: int = 0,
                  write_policy: str = "write_through", page_size: int = 1,
-                 mamba_chunk: int = 0, storage: PageStore | None = None,
+                 mamba_chunk: int = 0, storage: PageStore | StoreClient | None = None,
                  storage_gb_s: float = 2.0) -> None:
         self.device_capacity = max(0, int(device_tokens))
         self.host_capacity = max(0, int(host_tokens))

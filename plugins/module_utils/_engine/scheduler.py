@@ -28,6 +28,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.radixcache i
     PrefixCache,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.storagetier import PageStore
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.storeclient import StoreClient
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.tokens import prompt_ids
 from ansible_collections.llmops.sglang.plugins.module_utils._shared.models import is_mla
 
@@ -151,22 +152,28 @@ def new_prefix_cache(config: EngineConfig) -> PrefixCache | None:
                        page_size=page,
                        mamba_chunk=max(MAMBA_CACHE_CHUNK, page) if config.hybrid else 0,
                        storage=new_page_store(config, page),
-                       storage_gb_s=float(config.plan.constants.get("disk_gb_s", 2.0)))
+                       storage_gb_s=float(config.plan.constants.get(
+                           "kvstore_gb_s" if args.get("hicache_storage_backend") == "mooncake" else "disk_gb_s", 2.0)))
 
 
-def new_page_store(config: EngineConfig, page: int) -> PageStore | None:
+def new_page_store(config: EngineConfig, page: int) -> PageStore | StoreClient | None:
     """The storage tier of ``--hicache-storage-backend file`` with HiCache on (storagetier.py): its
     folder, cap and floor from the environment, a page's bytes from the model's KV per token on
     this rank. One file per page of at least ``STORAGE_PAGE_TOKENS`` tokens (the release writes one
     per page: with --page-size 1, one per token; the bytes are the same)."""
     args = config.args
-    if args.get("hicache_storage_backend") != "file" or not config.host_kv_tokens:
+    backend = args.get("hicache_storage_backend")
+    if backend not in ("file", "mooncake") or not config.host_kv_tokens:
         return None
     tokens = max(page, STORAGE_PAGE_TOKENS)
     shape, plan = config.plan.shape, config.plan
     per_token = shape.kv_bytes_per_token + (shape.draft_kv_bytes_per_token if plan.spec_algorithm else 0)
     extra = _extra_config(args.get("hicache_storage_backend_extra_config"))
-    return PageStore.from_env(os.environ, config.served_name, tokens, max(1, per_token * tokens // plan.tp_size),
+    page_bytes = max(1, per_token * tokens // plan.tp_size)
+    if backend == "mooncake":  # the store shared through its master (storeclient.py): rank 0's view
+        return StoreClient(extra, config.served_name, tokens, page_bytes, tp_size=plan.tp_size,
+                           mla=is_mla(config.model_config))
+    return PageStore.from_env(os.environ, config.served_name, tokens, page_bytes,
                               mla=is_mla(config.model_config), extra_config=extra)
 
 

@@ -41,7 +41,8 @@ EVICTION_RATIO = 0.9  # evict down to this share of the cap
 PREFETCH_THRESHOLD = 256  # tokens: a smaller storage hit is revoked
 # --hicache-storage-backend -> the class SGLang names it by (the cache_source label of
 # sglang:cached_tokens_total) and the module its factory logs
-BACKEND_CLASSES = {"file": ("sglang.srt.mem_cache.hicache_storage", "HiCacheFile")}
+BACKEND_CLASSES = {"file": ("sglang.srt.mem_cache.hicache_storage", "HiCacheFile"),
+                   "mooncake": ("sglang.srt.mem_cache.storage.mooncake_store.mooncake_store", "MooncakeStore")}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)b?\s*$", re.IGNORECASE)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
@@ -98,6 +99,7 @@ class PageStore:
         self.prefetched_tokens = 0  # storage -> host, cumulative
         self.evicted_pages = 0
         self.backend_class = BACKEND_CLASSES["file"][1]
+        self.backend_name = "file"
         os.makedirs(folder, exist_ok=True)
         self._load()
 

@@ -55,6 +55,12 @@ ROUTER_UNIT = f"{ROUTER_SERVICE}.service"
 # launch_router renames its process (setproctitle) to this, and the launch script does so first
 # thing: how the router is recognized among the processes of its folder
 ROUTER_MATCH = "sglang::router"
+# The storage tier's master (mooncake), when this host runs it for its instances: a service of
+# its own beside them, never an instance
+KVSTORE_DIR = "kvstore"
+KVSTORE_PID_FILE = "master.pid"
+KVSTORE_LOG_FILE = "master.log"
+KVSTORE_SERVICE = "sglang-kvstore"
 # Instance names are made by the plan ("gpu0", "gpu0-1"); anything else under the base folder
 # (the engine, a user's notes) is not an instance.
 INSTANCE_NAME = re.compile(r"gpu[0-9]+(?:-[0-9]+)*")
@@ -84,6 +90,13 @@ def instance_paths(base_dir: str, name: str) -> dict[str, str]:
         "pid_file": os.path.join(folder, PID_FILE),
         "log_file": os.path.join(folder, LOG_FILE),
     }
+
+
+def kvstore_paths(base_dir: str) -> dict[str, str]:
+    """{dir, pid_file, log_file} of the storage tier's master under ``base_dir``."""
+    folder = os.path.join(base_dir, KVSTORE_DIR)
+    return {"dir": folder, "pid_file": os.path.join(folder, KVSTORE_PID_FILE),
+            "log_file": os.path.join(folder, KVSTORE_LOG_FILE)}
 
 
 def router_paths(base_dir: str) -> dict[str, str]:

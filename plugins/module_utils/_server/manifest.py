@@ -318,6 +318,9 @@ def build(
         "python": python,
         "hicache": hicache,
         "hicache_storage": storage,
+        # the storage tier's master this host runs (stop.yml stops it after the instances)
+        "kvstore": {key: kvstore[key] for key in ("name", "pid_file", "log_file", "match", "address", "dir")}
+        if (kvstore := plan.get("kvstore")) else None,
         "instances": instances,
     }
 

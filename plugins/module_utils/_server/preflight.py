@@ -137,7 +137,7 @@ def router_pids(router_dir: str | None, proc: Path = _detached.PROC) -> set[int]
 
 def check_ports(ports: list[Mapping[str, Any]], deployment_dir: str | None,
                 proc: Path = _detached.PROC, router_dir: str | None = None) -> list[str]:
-    """Problems with the ports the instances need: [{port, instance, what, fix?}] -> messages.
+    """Problems with the ports the instances need: [{port, instance, what, fix?, ours_dir?}] -> messages.
     A port held by a server of the deployment under ``deployment_dir``, or by the router whose
     folder is ``router_dir``, is not a problem: it is stopped before its replacement starts."""
     held = listeners([p["port"] for p in ports], proc)
@@ -151,6 +151,9 @@ def check_ports(ports: list[Mapping[str, Any]], deployment_dir: str | None,
             owner = ownership.owner(lst.pid) if lst.pid is not None else None
             if owner is not None or (lst.pid is not None and lst.pid in ours):
                 continue  # this deployment's own server or router: stopped before its replacement starts
+            if want.get("ours_dir") and lst.pid is not None \
+                    and _detached.read_cwd(lst.pid, proc) == os.path.realpath(str(want["ours_dir"])):
+                continue  # the service of that folder (the storage tier's master): the role restarts it
             holder = f"pid {lst.pid} ({lst.name})" if lst.pid is not None else "a process this user cannot see"
             fix = want.get("fix") or "or choose other ports (sglang_base_port, sglang_nccl_port_base)"
             problems.append(f"port {want['port']} ({want.get('what', 'HTTP')} port of instance {want['instance']}) "

@@ -37,6 +37,7 @@ ARGUMENT_SPECS: dict[str, dict[str, dict[str, Any]]] = {
         'stop_timeout': {'type': 'int', 'default': 60},
         'kill_timeout': {'type': 'int', 'default': 30},
         'start_grace': {'type': 'float', 'default': 1.0},
+        'restart_changed': {'type': 'bool', 'default': False},
     },
     'generate_job': {
         'step': {'type': 'str', 'choices': ['check', 'run', 'status', 'stop'], 'required': True},
@@ -126,7 +127,8 @@ ARGUMENT_SPECS: dict[str, dict[str, dict[str, Any]]] = {
                   'options': {'port': {'type': 'int', 'required': True},
                               'instance': {'type': 'str', 'required': True},
                               'what': {'type': 'str', 'default': 'HTTP'},
-                              'fix': {'type': 'str'}}},
+                              'fix': {'type': 'str'},
+                              'ours_dir': {'type': 'path'}}},
         'deployment_dir': {'type': 'path'},
         'router_dir': {'type': 'path'},
         'service_manager': {'type': 'str', 'choices': ['auto', 'systemd', 'process'], 'default': 'auto'},

@@ -134,9 +134,17 @@ def _choose_size(explicit_size_gb: int | None, keep_size_gb: int | None, size_fr
                 f"not enough host memory for HiCache: {gb(available)} available - {reserve_gib:g} GiB "
                 f"reserve, x {fraction:g} = budget {gb(budget)}, over {ranks} rank(s) at {per_gb:g} x size "
                 "leaves less than 1 GB per rank; disable HiCache (choose a profile without it) or run "
-                "fewer instances"
+                "fewer instances" + (f" ({n['available_note']}: lower sglang_hicache_storage.segment_gib)"
+                                     if n.get("available_note") else "")
             )
     return size
+
+
+def _less_lent(available: int, limited_by: str, lent: int) -> tuple[int, str]:
+    """What is available to the host tier once the storage tier's store has its segments."""
+    if not lent:
+        return available, limited_by
+    return available - lent, f"{limited_by}, less {gb(lent)} of segments lent to the storage tier's store"
 
 
 def hicache_plan(
@@ -153,6 +161,7 @@ def hicache_plan(
     traits: dict[str, Any] | None = None,
     size_from: str = "--hicache-size",
     keep_size_gb: int | None = None,
+    lent_bytes: int = 0,
 ) -> dict[str, Any]:
     """Size ``--hicache-size`` (decimal GB per rank) so that every pool of every rank fits.
 
@@ -165,7 +174,8 @@ def hicache_plan(
     so does a plan with less than 1 GB per rank. Without an explicit size, ``keep_size_gb`` (the
     size the deployment's running servers have) is kept while what it pins stays within
     available - reserve (the fraction is the target for new sizes, not a reason to restart
-    servers), so that a re-run does not restart them because MemAvailable moved.
+    servers), so that a re-run does not restart them because MemAvailable moved. ``lent_bytes``
+    (mooncake's segments, _plan/storage.py) is taken out of what is available first.
     """
     host = host_of(facts)
     try:
@@ -173,7 +183,8 @@ def hicache_plan(
     except UnknownReleaseError as exc:
         raise PlanError(str(exc)) from None
     instances, tp_size, fraction, reserve_gib = _checked_inputs(instances, tp_size, fraction, reserve_gib)
-    available, limited_by = available_bytes(host)
+    lent = max(int(lent_bytes), 0)
+    available, limited_by = _less_lent(*available_bytes(host), lent)
     reserve = int(round(reserve_gib * GIB))
     budget = max(int((available - reserve) * fraction), 0)
     pools, draft = _pools_per_rank(release, traits, hybrid, spec)
@@ -191,7 +202,8 @@ def hicache_plan(
     hard_limit = max(available - reserve, 0)
     size = _choose_size(explicit_size_gb, keep_size_gb, size_from, release, reasoning, pinned_rank, {
         "budget": budget, "hard_limit": hard_limit, "largest": largest, "ranks": ranks, "per_gb": per_gb,
-        "available": available, "reserve_gib": reserve_gib, "fraction": fraction})
+        "available": available, "reserve_gib": reserve_gib, "fraction": fraction,
+        "available_note": f"available after {gb(lent)} of segments lent to the storage tier's store" if lent else ""})
     per_instance = pinned_rank(size) * tp_size
     total = per_instance * instances
     reasoning.append(
@@ -199,20 +211,15 @@ def hicache_plan(
         f"{gb(total)} for the host (budget {gb(budget)}, {gb(budget - total)} left)"
     )
     return {
-        "size_gb": size,
-        "largest_size_gb": largest,
+        "size_gb": size, "largest_size_gb": largest,
         "pinned_per_rank_bytes": pinned_rank(size),
         "pinned_per_instance_bytes": per_instance,
         "pinned_total_bytes": total,
         "budget_bytes": budget,
-        "available_bytes": available,
-        "limited_by": limited_by,
-        "reserve_bytes": reserve,
-        "fraction": fraction,
-        "instances": instances,
-        "tp_size": tp_size,
-        "pools_per_rank": pools,
-        "draft_factor": draft,
+        "available_bytes": available, "limited_by": limited_by, "lent_bytes": lent,
+        "reserve_bytes": reserve, "fraction": fraction,
+        "instances": instances, "tp_size": tp_size,
+        "pools_per_rank": pools, "draft_factor": draft,
         "explicit": explicit_size_gb is not None,
         "fits": total <= budget,
         "kept_running_size": bool(keep_size_gb) and size == keep_size_gb and explicit_size_gb is None,

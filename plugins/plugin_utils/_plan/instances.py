@@ -6,6 +6,7 @@ host's settings."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases imp
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import (
     PlanError,
+    flag_values,
     host_of,
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.gpus import gpu_groups
@@ -29,6 +31,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import
     LAYOUT_STAMP,
     StorageInstance,
     page_layout,
+    page_size_flags,
     storage_plan,
 )
 
@@ -274,14 +277,28 @@ def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, tr
         req.hicache_storage, filesystems=host.get("filesystems") or [], release=req.release, traits=traits,
         instances=[StorageInstance(str(i["name"]), int(i["tp_size"]) // max(int(i.get("nnodes") or 1), 1))
                    for i in instances],
-        mla=mla, running=host.get("hicache_storage_running"))
+        mla=mla, running=host.get("hicache_storage_running"), host_address=req.host_address)
     for inst in instances:
+        tier = storage["instances"][inst["name"]]
+        given = flag_values(inst["argv"])
+        extra, warning = page_size_flags(req.hicache_storage, inst["argv"],
+                                         given.get("--mamba-radix-cache-strategy") == "no_buffer"
+                                         or given.get("--mamba-scheduler-strategy") == "no_buffer")
+        inst["argv"] = [*inst["argv"], *extra]
+        if warning and warning not in storage["warnings"]:
+            storage["warnings"].append(warning)
+        layout = page_layout(inst["argv"], req.release)
         inst["argv"] = [*inst["argv"], *storage["flags"]]
-        inst["env"] = {**inst["env"], **storage["instances"][inst["name"]]["env"]}
-        inst["storage_dir"] = storage["instances"][inst["name"]]["dir"]
+        inst["env"] = {**inst["env"], **tier["env"]}
+        if "extra_config" in tier:  # mooncake: keys tagged by the layout, so pages of another never match
+            tier["extra_config"]["extra_backend_tag"] = f"llmops-{layout['digest']}"
+            inst["argv"] += ["--hicache-storage-backend-extra-config", json.dumps(tier["extra_config"], sort_keys=True)]
+            inst["storage_layout"] = tier["layout"] = layout
+            continue
+        inst["storage_dir"] = tier["dir"]
         # pages of another layout are removed by the launch script (LAYOUT_FLAGS); deployment.json keeps it
-        layout = {**page_layout(inst["argv"], req.release), "stamp": f"{inst['storage_dir']}/{LAYOUT_STAMP}"}
-        inst["storage_layout"] = storage["instances"][inst["name"]]["layout"] = layout
+        layout = {**layout, "stamp": f"{inst['storage_dir']}/{LAYOUT_STAMP}"}
+        inst["storage_layout"] = tier["layout"] = layout
     return storage
 
 

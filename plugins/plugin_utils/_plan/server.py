@@ -64,11 +64,15 @@ def python_of(settings: Mapping[str, Any]) -> str:
     return _text(settings.get("python")) or f"{_text(settings.get('venv'))}/bin/python"
 
 
-def install_spec(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """What the role installs into the venv (pip), when sglang_install is true."""
+def install_spec(settings: Mapping[str, Any], storage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What the role installs into the venv (pip), when sglang_install is true: the engine, the
+    storage tier's package (mooncake's, pinned by the release trait; the real engine only), then
+    sglang_pip_packages."""
     engine = _text(settings.get("engine")) or "sglang"
     packages = ([f"aiohttp=={_text(settings.get('sim_aiohttp_version'))}"] if engine == "sim"
                 else [f"sglang=={_text(settings.get('release'))}"])
+    if engine == "sglang" and (storage or {}).get("package"):
+        packages.append(str(storage["package"]))
     extra = settings.get("pip_packages") or []
     if not isinstance(extra, (list, tuple)):
         raise PlanError(f"sglang_pip_packages={extra!r}: must be a list of pip requirements")
@@ -183,13 +187,44 @@ def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python:
     page_hash_checks(spec, plan, engine, python if not install else _text(settings.get("venv_python")) or "python3",
                      missing_ok=install)
     storage = (plan.get("hicache_storage") or {}).get("instances") or {}
-    if storage:  # server_files makes each instance's folder of pages: where it can
-        spec["folders"] = [{"path": item["dir"], "what": f"the HiCache storage folder of {name}",
-                            "fix": "give sglang_hicache_storage.path on a writable file system"}
-                           for name, item in storage.items()]
+    folders = [{"path": item["dir"], "what": f"the HiCache storage folder of {name}",
+                "fix": "give sglang_hicache_storage.path on a writable file system"}
+               for name, item in storage.items() if item.get("dir")]
+    if folders:  # server_files makes each instance's folder of pages: where it can
+        spec["folders"] = folders
+    store_checks(spec, plan, engine, python, install)
     if install and packages:
         spec["packages"] = {"venv": packages["venv"], "requirements": list(packages["requirements"])}
     return spec
+
+
+def store_checks(spec: dict[str, Any], plan: Mapping[str, Any], engine: str, python: str, install: bool) -> None:
+    """The mooncake tier's pre-flight: the package in the server's Python (the real engine; the role
+    installs it with sglang_install), the ports of the master this host runs (free, or held by that
+    master: a process working in its folder), or the master another host runs reachable from here."""
+    storage = plan.get("hicache_storage") or {}
+    master = storage.get("master") or {}
+    if not master:
+        return
+    package = str(storage.get("package") or "")
+    if engine == "sglang" and storage.get("import") and not install:  # else pip installs it, pinned
+        spec.setdefault("commands", []).append({
+            "argv": [python, "-c", f"import {storage['import']}"],
+            "what": f"{package} in the server's Python (SGLang's mooncake backend imports {storage['import']})",
+            "fix": f"set sglang_install: true (the role installs {package}), or pip install {package} there"})
+    if master.get("local"):
+        folder = _layout.kvstore_paths(str(plan["base_dir"]))["dir"]
+        for key, what in (("port", "RPC"), ("metrics_port", "metrics")):
+            spec["ports"].append({"port": int(master[key]), "instance": "kvstore", "what": f"mooncake master {what}",
+                                  "ours_dir": folder,
+                                  "fix": f"or choose another sglang_hicache_storage.{'master_port' if key == 'port' else key}"})
+        return
+    probe = ("import socket, sys; h, _, p = sys.argv[1].rpartition(':'); "
+             "socket.create_connection((h.strip('[]'), int(p)), timeout=5).close()")
+    spec.setdefault("commands", []).append({
+        "argv": [python, "-c", probe, str(master["address"])], "missing_ok": False,
+        "what": f"the storage tier's master at {master['address']} (sglang_hicache_storage.master), reachable from here",
+        "fix": "start it first (the server role of its host, with an empty master, runs one), or fix the address"})
 
 
 def page_hash_checks(spec: dict[str, Any], plan: Mapping[str, Any], engine: str, python: str,
@@ -233,7 +268,7 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
     validate_plan(plan)
     settings["release"] = plan["release"]
     python = python_of(settings)
-    install = install_spec(settings)
+    install = install_spec(settings, plan.get("hicache_storage"))
     gpu_names = [str(gpu.get("name") or "") for gpu in facts.get("gpus", []) or []]
     for inst in plan["instances"]:
         inst["env"], inst["env_secrets"] = environment(inst, plan, settings, gpu_names)
@@ -262,4 +297,38 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
                    if isinstance(i, dict) and i.get("ready_at") and i.get("name")],
         "engine_files": engine_bundle(plan["release"], plan["engine_root"]) if settings.get("engine") == "sim" else None,
     })
+    plan["kvstore"] = kvstore_spec(plan, python)
     return plan
+
+
+# The stand-in for mooncake_master that the embedded engine's instances talk to (same flags)
+SIM_KVSTORE_MODULE = "ansible_collections.llmops.sglang.plugins.module_utils._engine.kvstore"
+
+
+def kvstore_spec(plan: Mapping[str, Any], python: str) -> dict[str, Any] | None:
+    """The storage tier's master when this host runs it (mooncake with an empty ``master``): one
+    detached service beside the instances, started before them, stopped after them: the pinned
+    package's ``mooncake_master`` (its ``mooncake.cli`` execs the binary with the flags) or, for the
+    embedded engine, its stand-in, which takes the same flags. None otherwise."""
+    storage = plan.get("hicache_storage") or {}
+    master = storage.get("master") or {}
+    if not master.get("local"):
+        return None
+    bind = str(master["bind"])
+    flags = [f"--rpc_port={master['port']}", f"--rpc_address={bind}", f"--metrics_port={master['metrics_port']}",
+             f"--metrics_host={bind}"]
+    paths = _layout.kvstore_paths(str(plan["base_dir"]))
+    if plan.get("engine") == "sim":
+        argv, env, match = [python, "-m", SIM_KVSTORE_MODULE, *flags], {"PYTHONPATH": str(plan["engine_root"])}, \
+            SIM_KVSTORE_MODULE
+    else:
+        command = str(((plan.get("traits") or {}).get("hicache_storage") or {}).get("mooncake", {}).get(
+            "master_command") or "mooncake.cli")
+        argv = [python, "-c", f"import sys; from {command} import main; sys.exit(main())", *flags]
+        env, match = {}, "mooncake_master"
+    return {"name": _layout.KVSTORE_SERVICE, "command": argv, "env": env, "match": match, "chdir": paths["dir"],
+            "pid_file": paths["pid_file"], "log_file": paths["log_file"], "dir": paths["dir"],
+            "address": master["address"],
+            "health": {"name": "the storage tier's master", "url": _layout.connect_url(bind, master["metrics_port"]),
+                       "path": "/health", "timeout": 60, "log_file": paths["log_file"],
+                       "pid_file": paths["pid_file"]}}

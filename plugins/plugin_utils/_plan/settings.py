@@ -16,6 +16,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.hicache import hicache_plan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import PlanRequest
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import lent_bytes
 
 
 @dataclass
@@ -127,6 +128,7 @@ def hicache_sizing(req: PlanRequest, host: Mapping[str, Any], prof: Mapping[str,
                 reserve_gib=req.hicache_reserve_gib, fraction=req.hicache_fraction, explicit_size_gb=explicit,
                 traits=traits, size_from=size_from if size_gb is not None else f"profile {req.profile!r} hicache.size",
                 keep_size_gb=(host.get("memory") or {}).get("running_hicache_size_gb"),
+                lent_bytes=lent_bytes(req.hicache_storage, traits, count, req.gpus_per_node),
             )
         elif flags.get("ratio") is None:
             raise PlanError(f"profile {req.profile!r}: hicache needs size (\"plan\" or GB) or ratio")

@@ -457,6 +457,27 @@ def test_restart_replaces_the_process(tmp_path: Path, server_script: Path, group
     d.stop(spec)
 
 
+def test_restart_changed_restarts_only_a_service_started_with_another_command(tmp_path: Path, groups: Groups) -> None:
+    """state=started with restart_changed (the storage tier's master): the same command line is
+    left running, another one (the pid file's recorded argv) is restarted."""
+    spec = d.ServiceSpec(name="kv", command=[PY, "-c", SLEEP, "one"], pid_file=str(tmp_path / "kv.pid"),
+                         log_file=str(tmp_path / "kv.log"), chdir=str(tmp_path), start_grace=0.2, stop_timeout=5.0,
+                         kill_timeout=5.0, restart_changed=True)
+    try:
+        first = d.apply(spec, "started")
+        groups.add(first.status.pgid)
+        same = d.apply(spec, "started")
+        assert not same.changed and same.status.pid == first.status.pid
+        spec.command = [PY, "-c", SLEEP, "two"]
+        changed = d.apply(spec, "started")
+        groups.add(changed.status.pgid)
+        assert changed.changed and changed.status.pid != first.status.pid and "another command line" in changed.msg
+        assert changed.status.cmdline[-1] == "two" and first.status.pid in changed.stopped_pids
+    finally:
+        groups.add_from_pid_file(Path(spec.pid_file))
+        d.stop(spec)
+
+
 # ------------------------------------------------------------------------------------------
 # end to end through ansible
 

@@ -115,6 +115,26 @@ def test_a_port_held_by_this_router_is_fine_and_anyone_elses_is_named(tmp_path: 
         sock.close()
 
 
+def test_a_port_held_by_the_service_of_its_ours_dir_is_fine(tmp_path: Path) -> None:
+    """The storage tier's master: its ports held by the process working in its folder (a re-deploy)
+    pass; held by anything else they are refused with the key to change."""
+    folder = tmp_path / "kvstore"
+    folder.mkdir()
+    sock = _listening()
+    here = os.getcwd()
+    want = [{"port": sock.getsockname()[1], "instance": "kvstore", "what": "mooncake master RPC",
+             "ours_dir": str(folder), "fix": "or choose another sglang_hicache_storage.master_port"}]
+    try:
+        [problem] = pf.check_ports(want, None)
+        assert "(mooncake master RPC port of instance kvstore)" in problem and problem.endswith(
+            "stop it, or choose another sglang_hicache_storage.master_port")
+        os.chdir(folder)
+        assert pf.check_ports(want, None) == []
+    finally:
+        os.chdir(here)
+        sock.close()
+
+
 def test_a_router_found_by_its_pid_file(tmp_path: Path) -> None:
     """A router that works elsewhere is still this router when its pid file's process group is
     its group (detached_service starts it with setsid and records the group)."""

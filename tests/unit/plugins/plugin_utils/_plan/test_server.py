@@ -216,3 +216,60 @@ def test_a_missing_model_path_names_both_ways_to_give_a_model(hybrid: dict[str, 
     with pytest.raises(PlanError) as err:
         _plan(hybrid, sglang_model_path="")
     assert "sglang_model_path=''" in str(err.value) and "or set sglang_model" in str(err.value), err.value
+
+
+def _hicache_facts() -> dict[str, Any]:
+    facts = _facts()
+    facts["memory"] = {**facts["memory"], "available_bytes": 1800 * 2**30}
+    return facts
+
+
+def test_a_mooncake_tier_with_no_master_runs_one_on_this_host_before_the_instances(hybrid: dict[str, Any]) -> None:
+    """The master is a detached service of its own (never an instance): the embedded engine's
+    stand-in for the embedded engine, the pinned package's mooncake_master for the real one, with
+    the same flags; the package joins what the role installs, the pre-flight checks both ports
+    (free, or held by that master's folder)."""
+    storage = {"backend": "mooncake", "segment_gib": 8}
+    sim = _plan(hybrid, _hicache_facts(), sglang_profile="mtp_hicache", sglang_hicache_storage=storage,
+                sglang_host_address="10.0.0.7")
+    kv = sim["kvstore"]
+    flags = ["--rpc_port=50051", "--rpc_address=10.0.0.7", "--metrics_port=9003", "--metrics_host=10.0.0.7"]
+    assert kv["command"] == [sim["python"], "-m", "ansible_collections.llmops.sglang.plugins.module_utils._engine."
+                             "kvstore", *flags]
+    assert kv["env"] == {"PYTHONPATH": sim["engine_root"]} and kv["dir"] == "/srv/sglang/kvstore"
+    assert kv["pid_file"] == "/srv/sglang/kvstore/master.pid" and kv["name"] == "sglang-kvstore"
+    assert kv["health"]["url"] == "http://10.0.0.7:9003" and kv["health"]["path"] == "/health"
+    ports = {p["port"]: p for p in sim["preflight"]["ports"]}
+    assert ports[50051]["ours_dir"] == ports[9003]["ours_dir"] == "/srv/sglang/kvstore"
+    assert not any("mooncake" in p for p in sim["install"]["packages"])  # the stand-in needs nothing
+
+    real = _plan(hybrid, _hicache_facts(), sglang_profile="mtp_hicache", sglang_hicache_storage=storage, sglang_engine="sglang",
+                 sglang_host_address="10.0.0.7")
+    assert real["kvstore"]["command"][1:3] == ["-c", "import sys; from mooncake.cli import main; sys.exit(main())"]
+    assert real["kvstore"]["command"][3:] == flags and real["kvstore"]["match"] == "mooncake_master"
+    assert "mooncake-transfer-engine==0.3.13.post1" in real["install"]["packages"]
+    # an existing installation: its Python must import the store's client
+    existing = _plan(hybrid, _hicache_facts(), sglang_profile="mtp_hicache", sglang_hicache_storage=storage, sglang_engine="sglang",
+                     sglang_install=False, sglang_python="/srv/py/bin/python", sglang_host_address="10.0.0.7")
+    checks = [c for c in existing["preflight"]["commands"] if "mooncake" in c["what"]]
+    assert checks[0]["argv"] == ["/srv/py/bin/python", "-c", "import mooncake.store"]
+    assert "sglang_install: true" in checks[0]["fix"]
+
+
+def test_a_master_on_another_host_is_not_run_here_but_must_be_reachable(hybrid: dict[str, Any]) -> None:
+    plan = _plan(hybrid, _hicache_facts(), sglang_profile="mtp_hicache", sglang_host_address="10.0.0.7",
+                 sglang_hicache_storage={"backend": "mooncake", "master": "10.0.0.5:50051"})
+    assert plan["kvstore"] is None
+    assert not any(p["instance"] == "kvstore" for p in plan["preflight"]["ports"])
+    (probe,) = [c for c in plan["preflight"]["commands"] if "reachable" in c["what"]]
+    assert probe["argv"][-1] == "10.0.0.5:50051" and "start it first" in probe["fix"]
+    # the probe as the pre-flight runs it: a port nobody listens on fails, a listening one passes
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        ok = subprocess.run([sys.executable, "-c", probe["argv"][2], f"127.0.0.1:{port}"], check=False)
+    closed = subprocess.run([sys.executable, "-c", probe["argv"][2], f"127.0.0.1:{port}"], capture_output=True,
+                            check=False)
+    assert ok.returncode == 0 and closed.returncode != 0

@@ -11,6 +11,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
     StorageInstance,
     StorageRequest,
+    lent_bytes,
     storage_plan,
     storage_request,
 )
@@ -96,8 +97,8 @@ def test_a_network_file_system_and_a_spinning_disk_are_warned_about() -> None:
     (_fs(free=51 * GIB), {}, "0.5.17", r"leaves 0.\d+ GB per instance .* under the 1.00 GB a tier needs: free space"),
     (_fs(free=1050 * GIB), {}, "0.5.10", "release 0.5.10: its file backend has no size cap .* pin sglang_release "
                                          "0.5.17 or later"),
-    (_fs(free=1050 * GIB), {"backend": "mooncake"}, "0.5.17", "backend='mooncake': release 0.5.17 has no storage "
-                                                              "backend of that name .*known: file"),
+    (_fs(free=1050 * GIB), {"backend": "mooncake", "root": ""}, "0.5.10", "backend='mooncake': release 0.5.10 has "
+                                                                          "no storage backend of that name .*known: file"),
     (_fs(free=1050 * GIB), {"fraction": 1.5}, "0.5.17", r"fraction=1.5: must be in \(0, 1\]"),
     (_fs(free=1050 * GIB), {"root": "relative/dir"}, "0.5.17", "must be an absolute folder"),
     (dict(_fs(free=1050 * GIB), path="/elsewhere"), {}, "0.5.17", "no file system facts for the storage tier's "
@@ -149,3 +150,71 @@ def test_the_users_dict_is_checked_key_by_key_and_empty_means_no_tier() -> None:
                          (["file"], "must be a dict .* or {} for no storage tier")):
         with pytest.raises(PlanError, match=message):
             storage_request(bad, "/opt/sglang")
+
+
+# -- mooncake: host RAM lent to a store shared through its master --------------------------------
+def test_mooncake_lends_each_instances_segment_to_a_master_this_host_runs() -> None:
+    request = storage_request({"backend": "mooncake", "segment_gib": 8}, "/opt/sglang")
+    assert request is not None and request.root == "" and request.lent_bytes_per_instance == 8 * GIB
+    tp2 = [StorageInstance("gpu0", 2), StorageInstance("gpu2", 2)]
+    plan = storage_plan(request, instances=tp2, filesystems=[], release="0.5.17", traits=release_traits("0.5.17"),
+                        mla=False, host_address="10.0.0.7")
+    assert plan["master"] == {"address": "10.0.0.7:50051", "local": True, "host": "10.0.0.7", "port": 50051,
+                              "metrics_port": 9003, "bind": "10.0.0.7"}
+    gpu0 = plan["instances"]["gpu0"]
+    assert gpu0["extra_config"] == {
+        "master_server_address": "10.0.0.7:50051", "local_hostname": "10.0.0.7", "protocol": "tcp",
+        "device_name": "", "global_segment_size": 8 * GIB, "metadata_server": "P2PHANDSHAKE",
+        "master_metrics_port": 9003}
+    # the release splits the segment over the TP ranks, each rank adds its 16 MiB transfer buffer
+    assert gpu0["rank_segment_bytes"] == 4 * GIB and gpu0["lent_bytes"] == 8 * GIB + 2 * 16 * 2**20
+    assert plan["lent_bytes_total"] == 2 * gpu0["lent_bytes"] == lent_bytes(request, release_traits("0.5.17"), 2, 2)
+    assert plan["flags"] == ["--hicache-storage-backend", "mooncake"] and plan["package"].startswith(
+        "mooncake-transfer-engine==")
+    assert gpu0["env"] == {} and "dir" not in gpu0  # no folder, no file-backend variables
+    assert any("taken out of the host tier's memory budget" in line for line in plan["reasoning"])
+    # the file tier lends no RAM; no tier, nothing
+    assert lent_bytes(storage_request({"backend": "file"}, "/o"), release_traits("0.5.17"), 2, 2) == 0 == \
+        lent_bytes(None, release_traits("0.5.17"), 2, 2)
+
+
+def test_mooncake_with_another_hosts_master_and_extra_config_keys() -> None:
+    request = storage_request({"backend": "mooncake", "master": "10.0.0.5:50051", "protocol": "rdma",
+                               "device_name": "mlx5_0", "extra_config": {"prefetch_threshold": 128}}, "/o")
+    assert request is not None
+    plan = storage_plan(request, instances=TWO, filesystems=[], release="0.5.17", traits=release_traits("0.5.17"),
+                        mla=False, host_address="10.0.0.7")
+    assert plan["master"]["local"] is False and plan["master"]["address"] == "10.0.0.5:50051"
+    extra = plan["instances"]["gpu1"]["extra_config"]
+    assert (extra["master_server_address"], extra["protocol"], extra["device_name"], extra["prefetch_threshold"]) == \
+        ("10.0.0.5:50051", "rdma", "mlx5_0", 128)
+    # the file tier takes extra_config too: one flag, JSON
+    file_request = storage_request({"backend": "file", "extra_config": {"prefetch_threshold": 128}}, "/data/sglang")
+    assert file_request is not None
+    file_plan = _plan(StorageRequest(**{**file_request.__dict__, "root": ROOT}), _fs(free=1050 * GIB))
+    assert file_plan["flags"] == ["--hicache-storage-backend", "file", "--hicache-storage-backend-extra-config",
+                                  '{"prefetch_threshold": 128}']
+
+
+@pytest.mark.parametrize(("value", "host", "message"), [
+    ({"backend": "mooncake", "master": "nowhere"}, "10.0.0.7", "master='nowhere': must be ADDRESS:PORT"),
+    ({"backend": "mooncake", "protocol": "udp"}, "10.0.0.7", "protocol='udp': must be one of tcp, rdma"),
+    ({"backend": "mooncake", "segment_gib": 0.5}, "10.0.0.7", "segment_gib=0.5: each instance lends the store at "
+                                                              "least 1 GiB"),
+    ({"backend": "mooncake", "master_port": 70000}, "10.0.0.7", "master_port=70000: must be a TCP port"),
+    ({"backend": "mooncake", "size_gb": 10}, "10.0.0.7", "size_gb do.* not apply to backend 'mooncake' .*only to "
+                                                         "file.*remove them"),
+    ({"backend": "file", "segment_gib": 4}, "10.0.0.7", "segment_gib do.* not apply to backend 'file'"),
+    ({"backend": "mooncake", "extra_config": {"global_segment_size": 1}}, "10.0.0.7",
+     "extra_config sets global_segment_size, which the plan sets .* use those"),
+    ({"backend": "mooncake", "extra_config": "x"}, "10.0.0.7", "extra_config='x': must be a dict"),
+    ({"backend": "mooncake", "master": "10.0.0.5:50051"}, "127.0.0.1",
+     "master='10.0.0.5:50051' is on another host, which reaches this host's segment at local_hostname "
+     "'127.0.0.1', a loopback address: set sglang_host_address"),
+])
+def test_mooncake_refusals_name_the_key_the_rule_and_the_fix(value: dict[str, Any], host: str, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        request = storage_request(value, "/opt/sglang")
+        assert request is not None
+        storage_plan(request, instances=TWO, filesystems=[], release="0.5.17", traits=release_traits("0.5.17"),
+                     mla=False, host_address=host)
