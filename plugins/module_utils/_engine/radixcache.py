@@ -97,7 +97,7 @@ class PrefixCache:
     def __init__(self, device_tokens: int, host_tokens: int = 0,
                  write_policy: str = "write_through", page_size: int = 1,
                  mamba_chunk: int = 0, storage: PageStore | StoreClient | None = None,
-                 storage_gb_s: float = 2.0) -> None:
+                 storage_gb_s: float = 2.0, storage_op_s: float = 0.0) -> None:
         self.device_capacity = max(0, int(device_tokens))
         self.host_capacity = max(0, int(host_tokens))
         self.write_policy = write_policy if write_policy in WRITE_POLICIES else "write_through"
@@ -113,6 +113,10 @@ class PrefixCache:
         self.storage = storage if host_tokens else None  # the storage tier sits behind the host pool
         self.storage_gb_s = max(float(storage_gb_s), 1e-6)  # its disk, read and write
         self._io_bytes = 0  # storage bytes read and written since the last io_seconds()
+        # each page read or written is an operation of its own (a file of the file backend): at
+        # --page-size 1, one per token (device run 10: the cost that run 12's 64-token pages removed)
+        self.storage_op_s = max(float(storage_op_s), 0.0)
+        self._io_ops = 0
 
     # -- structure -------------------------------------------------------------------------
     def _split(self, child: Node, n: int) -> Node:
@@ -222,6 +226,7 @@ class PrefixCache:
         if match.storage and self.storage is not None:  # read into the host pool, then to the device
             self.storage.prefetched(match.storage)
             self._io_bytes += match.storage * self.storage.page_bytes // self.storage.page_tokens
+            self._io_ops += match.storage // self.page_size
             self.load_back_tokens += match.storage
         for node in hit:
             node.hits += 1
@@ -304,6 +309,7 @@ class PrefixCache:
             tokens = self._tokens_to(node)
             written = self.storage.backup(tokens, len(tokens))
             self._io_bytes += written * self.storage.page_bytes // self.storage.page_tokens
+            self._io_ops += written // self.page_size
         return True
 
     def _tokens_to(self, node: Node) -> tuple[Hashable, ...]:
@@ -315,9 +321,11 @@ class PrefixCache:
         return tuple(t for key in reversed(keys) for t in key)
 
     def io_seconds(self) -> float:
-        """The storage tier's reads and writes since the last call, as seconds of its disk."""
+        """The storage tier's reads and writes since the last call, as seconds of its disk: the bytes
+        at its bandwidth, plus each page's operation."""
         moved, self._io_bytes = self._io_bytes, 0
-        return moved / (self.storage_gb_s * 1e9)
+        ops, self._io_ops = self._io_ops, 0
+        return moved / (self.storage_gb_s * 1e9) + ops * self.storage_op_s
 
     def fit(self, outside: int = 0) -> None:
         """Evict device tokens until the tree and ``outside`` fit the device pool."""

@@ -153,7 +153,10 @@ def new_prefix_cache(config: EngineConfig) -> PrefixCache | None:
                        mamba_chunk=max(MAMBA_CACHE_CHUNK, page) if config.hybrid else 0,
                        storage=new_page_store(config, page),
                        storage_gb_s=float(config.plan.constants.get(
-                           "kvstore_gb_s" if args.get("hicache_storage_backend") == "mooncake" else "disk_gb_s", 2.0)))
+                           "kvstore_gb_s" if args.get("hicache_storage_backend") == "mooncake" else "disk_gb_s", 2.0)),
+                       storage_op_s=float(config.plan.constants.get(
+                           "kvstore_page_op_ms" if args.get("hicache_storage_backend") == "mooncake"
+                           else "disk_page_op_ms", 0.0)) / 1000)
 
 
 def new_page_store(config: EngineConfig, page: int) -> PageStore | StoreClient | None:

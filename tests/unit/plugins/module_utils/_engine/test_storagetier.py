@@ -216,3 +216,28 @@ def test_clear_and_the_cached_tokens_details_over_http(tmp_path: Path, monkeypat
     # without HiCache: 400 (the release's "Hierarchical cache is not enabled.")
     status, _ = asyncio.run(asyncio.wait_for(scenario(make_engine([])), timeout=60))[1]
     assert status == 400
+
+
+def test_each_page_read_or_written_is_an_operation_so_page_size_1_costs_a_file_per_token(tmp_path: Path) -> None:
+    """Device runs 10 and 12 (an H100): the release writes a file per --page-size page, so at page
+    size 1 a 1,536-token prefix is 1,536 files to write and read back (TTFT p99 2.3 s), at 64 it is
+    24 (0.22 s). The model charges each page's operation on top of the bytes."""
+    prompt = tuple(f"p{i}" for i in range(1536))
+    costs = {}
+    for page in (1, 64):
+        folder = tmp_path / f"page{page}"
+        cache = PrefixCache(device_tokens=10_000, host_tokens=20_000, page_size=page, storage=_store(folder),
+                            storage_op_s=0.001)
+        cache.release(cache.admit(prompt, cache.match(prompt)), prompt)
+        written = cache.io_seconds()
+        again = PrefixCache(device_tokens=10_000, host_tokens=20_000, page_size=page, storage=_store(folder),
+                            storage_op_s=0.001)
+        match = again.match(prompt)
+        again.release(again.admit(prompt, match), prompt)
+        costs[page] = (written, again.io_seconds(), match.storage)
+    # the same bytes either way (the modelled files hold 64 tokens: 24 written, 23 read back, as
+    # the match stops before the prompt's last token and counts whole pages)
+    wrote, read = 24 * 1_000_000 / 2e9, 23 * 1_000_000 / 2e9
+    assert costs[1] == pytest.approx((wrote + 1536 * 0.001, read + 1472 * 0.001, 1472))
+    assert costs[64] == pytest.approx((wrote + 24 * 0.001, read + 23 * 0.001, 1472))
+    assert costs[1][1] > 30 * costs[64][1]

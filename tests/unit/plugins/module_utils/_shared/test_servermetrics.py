@@ -246,3 +246,23 @@ def test_a_whole_sweep_on_real_0_5_17_between_two_recorded_scrapes() -> None:
     assert out["hicache_host_usage_max"] == round(19488 / 345798, 4)
     assert out["cache_hit_rate_device"] == out["cache_hit_rate_host"] == 0.0  # no prefix hit (hybrid)
     assert out["spec_accept_rate"] is None and "spec_accept_rate" in out["notes"]  # gauge idle: not averaged
+
+
+def test_the_storage_tiers_hits_of_a_level_from_real_0_5_17_scrapes() -> None:
+    """Device run 12 (an H100, the file tier at page size 64): the level after a flush read its
+    prefixes back from storage. The real server declares cached_tokens_total{cache_source=
+    "storage_HiCacheFile"} only once a storage hit happened (absent before the level: counted
+    from 0), and the tier's own counters carry storage_backend="file"."""
+    before = sm.parse((METRICS / "sglang-0.5.17-h100-file-tier-before.txt").read_text())
+    after = sm.parse((METRICS / "sglang-0.5.17-h100-file-tier-after.txt").read_text())
+    assert sm.storage_source(before) is None and sm.storage_source(after) == "storage_HiCacheFile"
+    samples = sm.GaugeSamples()
+    samples.add(after)
+    out = sm.level_metrics(before, after, samples)
+    assert out is not None
+    prompt = sm.total(after, "prompt_tokens_total") - sm.total(before, "prompt_tokens_total")
+    assert prompt == 192619
+    assert out["cache_hit_rate_storage"] == round(18880 / prompt, 4) == 0.098  # the report's 9.8 %
+    assert out["cache_hit_rate_device"] == round((327296 - 163648) / prompt, 4) == 0.8496
+    assert out["cache_hit_rate_host"] == 0.0
+    assert out["storage_prefetched_tokens"] == 18880 and out["storage_backuped_tokens"] == 66432 - 43648
