@@ -73,7 +73,12 @@ def plan_summary(plan: Mapping[str, Any]) -> list[str]:
         lines.append(f"  HiCache: {hicache['size_gb']} GB host pool per rank ({hicache.get('limited_by', '?')} "
                      f"limits the host: {(hicache.get('reasoning') or [''])[-1]})")
     storage = plan.get("hicache_storage") or {}
-    if storage:
+    if storage and storage.get("master"):  # mooncake: a store of host RAM shared through its master
+        master = storage["master"]
+        lines.append(f"  HiCache storage: {storage.get('backend')} store, master {master.get('address')} "
+                     f"({'run on this host' if master.get('local') else 'run elsewhere'}): "
+                     f"{(storage.get('reasoning') or [''])[-1]}")
+    elif storage:
         fs = storage.get("filesystem") or {}
         caps = sorted({int(item.get("cap_bytes") or 0) for item in (storage.get("instances") or {}).values()})
         each = " / ".join(f"{cap / 1e9:.2f} GB" for cap in caps)

@@ -78,5 +78,10 @@ def test_the_storage_tier_its_folder_and_each_instances_cap_are_one_line() -> No
                                "reasoning": ["...", "the tier may hold 250.00 GB on this host"]}
     assert ("  HiCache storage: file in /data/kv/<instance>, 250.00 GB per instance (xfs at /data: the tier may "
             "hold 250.00 GB on this host)") in plan_summary(plan)
+    plan["hicache_storage"] = {"backend": "mooncake", "root": "", "master": {"address": "10.0.0.5:50051", "local": False},
+                               "reasoning": ["...", "the host lends the store 8.62 GB, taken out of the host tier's "
+                                                    "memory budget"]}
+    assert ("  HiCache storage: mooncake store, master 10.0.0.5:50051 (run elsewhere): the host lends the store "
+            "8.62 GB, taken out of the host tier's memory budget") in plan_summary(plan)
     plan["hicache_storage"] = None
     assert not any("HiCache storage" in line for line in plan_summary(plan))
