@@ -153,6 +153,10 @@ options:
         description: Skip the command when its program is not there (it is installed later in the run).
         type: bool
         default: false
+      env:
+        description: Variables added to the command's environment (the servers' own, for example).
+        type: dict
+        default: {}
       remember:
         description:
           - A file where a pass is recorded (not in check mode, and only where its folder exists) -

@@ -112,11 +112,8 @@ class PrefixCache:
         self.evicted_tokens = 0  # device tokens evicted, cumulative
         self.storage = storage if host_tokens else None  # the storage tier sits behind the host pool
         self.storage_gb_s = max(float(storage_gb_s), 1e-6)  # its disk, read and write
-        self._io_bytes = 0  # storage bytes read and written since the last io_seconds()
-        # each page read or written is an operation of its own (a file of the file backend): at
-        # --page-size 1, one per token (device run 10: the cost that run 12's 64-token pages removed)
-        self.storage_op_s = max(float(storage_op_s), 0.0)
-        self._io_ops = 0
+        self.storage_op_s = max(float(storage_op_s), 0.0)  # per page read or written (a file each)
+        self._io_bytes = self._io_ops = 0  # storage bytes and pages moved since the last io_seconds()
 
     # -- structure -------------------------------------------------------------------------
     def _split(self, child: Node, n: int) -> Node:
@@ -321,8 +318,7 @@ class PrefixCache:
         return tuple(t for key in reversed(keys) for t in key)
 
     def io_seconds(self) -> float:
-        """The storage tier's reads and writes since the last call, as seconds of its disk: the bytes
-        at its bandwidth, plus each page's operation."""
+        """The storage tier's reads and writes since the last call: bytes at its bandwidth, plus pages."""
         moved, self._io_bytes = self._io_bytes, 0
         ops, self._io_ops = self._io_ops, 0
         return moved / (self.storage_gb_s * 1e9) + ops * self.storage_op_s

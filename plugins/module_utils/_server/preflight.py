@@ -201,7 +201,7 @@ def _remember(path: str, key: str) -> None:
 
 
 def check_commands(commands: list[Mapping[str, Any]], timeout: float = 120.0, record: bool = True) -> list[str]:
-    """Problems with commands that must succeed: [{argv, what, fix?, missing_ok?, remember?}] ->
+    """Problems with commands that must succeed: [{argv, what, fix?, missing_ok?, remember?, env?}] ->
     messages (the last lines of what the command wrote). A command whose program is not there is a
     problem, or skipped with ``missing_ok`` (the role installs it later in the run). With
     ``remember`` (a file) a pass is recorded there (``command_key``; not with ``record`` false:
@@ -221,7 +221,8 @@ def check_commands(commands: list[Mapping[str, Any]], timeout: float = 120.0, re
         if key and _remembered(item.get("remember"), key):
             continue
         try:
-            done = subprocess.run(words, capture_output=True, text=True, timeout=timeout, check=False,
+            env = {**os.environ, **{str(k): str(v) for k, v in (item.get("env") or {}).items()}}
+            done = subprocess.run(words, capture_output=True, text=True, timeout=timeout, check=False, env=env,
                                   stdin=subprocess.DEVNULL)
         except (OSError, subprocess.SubprocessError) as err:
             problems.append(f"{what}: {program} could not be run ({err}){fix}")

@@ -153,6 +153,7 @@ ARGUMENT_SPECS: dict[str, dict[str, dict[str, Any]]] = {
                                  'what': {'type': 'str', 'default': 'command'},
                                  'fix': {'type': 'str'},
                                  'missing_ok': {'type': 'bool', 'default': False},
+                                 'env': {'type': 'dict', 'default': {}},
                                  'remember': {'type': 'path'}}},
         'packages': {'type': 'dict',
                      'options': {'venv': {'type': 'path', 'required': True}, 'requirements': {'type': 'list', 'elements': 'str', 'required': True}}},

@@ -192,13 +192,14 @@ def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python:
                for name, item in storage.items() if item.get("dir")]
     if folders:  # server_files makes each instance's folder of pages: where it can
         spec["folders"] = folders
-    store_checks(spec, plan, engine, python, install)
+    store_checks(spec, plan, engine, python, install, settings.get("env") or {})
     if install and packages:
         spec["packages"] = {"venv": packages["venv"], "requirements": list(packages["requirements"])}
     return spec
 
 
-def store_checks(spec: dict[str, Any], plan: Mapping[str, Any], engine: str, python: str, install: bool) -> None:
+def store_checks(spec: dict[str, Any], plan: Mapping[str, Any], engine: str, python: str, install: bool,
+                 user_env: Mapping[str, Any]) -> None:
     """The mooncake tier's pre-flight: the package in the server's Python (the real engine; the role
     installs it with sglang_install), the ports of the master this host runs (free, or held by that
     master: a process working in its folder), or the master another host runs reachable from here."""
@@ -210,6 +211,7 @@ def store_checks(spec: dict[str, Any], plan: Mapping[str, Any], engine: str, pyt
     if engine == "sglang" and storage.get("import") and not install:  # else pip installs it, pinned
         spec.setdefault("commands", []).append({
             "argv": [python, "-c", f"import {storage['import']}"],
+            "env": {str(k): _text(v) for k, v in user_env.items()},  # as the servers run (sglang_env)
             "what": f"{package} in the server's Python (SGLang's mooncake backend imports {storage['import']})",
             "fix": f"set sglang_install: true (the role installs {package}), or pip install {package} there"})
     if master.get("local"):
@@ -297,7 +299,7 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
                    if isinstance(i, dict) and i.get("ready_at") and i.get("name")],
         "engine_files": engine_bundle(plan["release"], plan["engine_root"]) if settings.get("engine") == "sim" else None,
     })
-    plan["kvstore"] = kvstore_spec(plan, python)
+    plan["kvstore"] = kvstore_spec(plan, python, settings.get("env") or {})
     return plan
 
 
@@ -305,11 +307,12 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
 SIM_KVSTORE_MODULE = "ansible_collections.llmops.sglang.plugins.module_utils._engine.kvstore"
 
 
-def kvstore_spec(plan: Mapping[str, Any], python: str) -> dict[str, Any] | None:
+def kvstore_spec(plan: Mapping[str, Any], python: str, user_env: Mapping[str, Any]) -> dict[str, Any] | None:
     """The storage tier's master when this host runs it (mooncake with an empty ``master``): one
     detached service beside the instances, started before them, stopped after them: the pinned
     package's ``mooncake_master`` (its ``mooncake.cli`` execs the binary with the flags) or, for the
-    embedded engine, its stand-in, which takes the same flags. None otherwise."""
+    embedded engine, its stand-in, which takes the same flags; with the engine's sglang_env (an
+    existing installation's PYTHONPATH, say). None otherwise."""
     storage = plan.get("hicache_storage") or {}
     master = storage.get("master") or {}
     if not master.get("local"):
@@ -325,7 +328,7 @@ def kvstore_spec(plan: Mapping[str, Any], python: str) -> dict[str, Any] | None:
         command = str(((plan.get("traits") or {}).get("hicache_storage") or {}).get("mooncake", {}).get(
             "master_command") or "mooncake.cli")
         argv = [python, "-c", f"import sys; from {command} import main; sys.exit(main())", *flags]
-        env, match = {}, "mooncake_master"
+        env, match = {str(k): _text(v) for k, v in user_env.items()}, "mooncake_master"
     return {"name": _layout.KVSTORE_SERVICE, "command": argv, "env": env, "match": match, "chdir": paths["dir"],
             "pid_file": paths["pid_file"], "log_file": paths["log_file"], "dir": paths["dir"],
             "address": master["address"],

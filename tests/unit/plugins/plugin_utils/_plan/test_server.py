@@ -247,12 +247,15 @@ def test_a_mooncake_tier_with_no_master_runs_one_on_this_host_before_the_instanc
                  sglang_host_address="10.0.0.7")
     assert real["kvstore"]["command"][1:3] == ["-c", "import sys; from mooncake.cli import main; sys.exit(main())"]
     assert real["kvstore"]["command"][3:] == flags and real["kvstore"]["match"] == "mooncake_master"
-    assert "mooncake-transfer-engine==0.3.13.post1" in real["install"]["packages"]
+    assert "mooncake-transfer-engine-cuda13==0.3.13.post1" in real["install"]["packages"]
     # an existing installation: its Python must import the store's client
     existing = _plan(hybrid, _hicache_facts(), sglang_profile="mtp_hicache", sglang_hicache_storage=storage, sglang_engine="sglang",
-                     sglang_install=False, sglang_python="/srv/py/bin/python", sglang_host_address="10.0.0.7")
+                     sglang_install=False, sglang_python="/srv/py/bin/python", sglang_host_address="10.0.0.7",
+                     sglang_env={"PYTHONPATH": "/tmp/site"})
     checks = [c for c in existing["preflight"]["commands"] if "mooncake" in c["what"]]
     assert checks[0]["argv"] == ["/srv/py/bin/python", "-c", "import mooncake.store"]
+    # where the servers find their packages through sglang_env, so do the check and the master
+    assert checks[0]["env"] == existing["kvstore"]["env"] == {"PYTHONPATH": "/tmp/site"}
     assert "sglang_install: true" in checks[0]["fix"]
 
 

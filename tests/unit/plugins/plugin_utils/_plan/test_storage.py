@@ -170,7 +170,7 @@ def test_mooncake_lends_each_instances_segment_to_a_master_this_host_runs() -> N
     assert gpu0["rank_segment_bytes"] == 4 * GIB and gpu0["lent_bytes"] == 8 * GIB + 2 * 16 * 2**20
     assert plan["lent_bytes_total"] == 2 * gpu0["lent_bytes"] == lent_bytes(request, release_traits("0.5.17"), 2, 2)
     assert plan["flags"] == ["--hicache-storage-backend", "mooncake"] and plan["package"].startswith(
-        "mooncake-transfer-engine==")
+        "mooncake-transfer-engine-cuda13==")
     assert gpu0["env"] == {} and "dir" not in gpu0  # no folder, no file-backend variables
     assert any("taken out of the host tier's memory budget" in line for line in plan["reasoning"])
     # the file tier lends no RAM; no tier, nothing
