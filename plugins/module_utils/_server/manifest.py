@@ -299,6 +299,10 @@ def build(
             "nnodes": inst.get("nnodes", 1),
             "rank0": inst.get("rank0", True),
             "argv": inst.get("argv", []),
+            # prefill/decode disaggregation: the instance's side and (prefill) its bootstrap port,
+            # which the router registers it with
+            "pd_role": inst.get("pd_role"),
+            "bootstrap_port": inst.get("bootstrap_port"),
             "env_digest": env_digest(inst.get("env")),
             "hicache": hicache,
             "ready_at": ready_at,

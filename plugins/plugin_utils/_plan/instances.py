@@ -23,6 +23,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
     host_of,
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.gpus import gpu_groups
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.pd import pd_plan
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profileflags import profile_argv
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import resolve_profile
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import PlanRequest
@@ -245,6 +246,7 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     storage = storage_tier(req, host, st, traits, instances, bool(model.get("mla")))
     if storage:
         warnings.extend(storage["warnings"])
+    pd = pd_tier(req, traits, instances)
     return {
         "release": req.release,
         "profile": req.profile,
@@ -259,6 +261,7 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
         "hicache": st.hicache,
         "hicache_storage": storage,
         "hicache_storage_clear": storage_clear(storage, instances),
+        "pd": pd,
         "warnings": warnings,
     }
 
@@ -300,6 +303,21 @@ def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, tr
         layout = {**layout, "stamp": f"{inst['storage_dir']}/{LAYOUT_STAMP}"}
         inst["storage_layout"] = tier["layout"] = layout
     return storage
+
+
+def pd_tier(req: PlanRequest, traits: dict[str, Any], instances: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Prefill/decode disaggregation (sglang_pd, _plan/pd.py): each instance's role, bootstrap port
+    and flags, added to its argv; None for a unified deployment."""
+    if req.pd is None:
+        for inst in instances:
+            inst["pd_role"], inst["bootstrap_port"] = None, None
+        return None
+    pd = pd_plan(req.pd, instances=instances, release=req.release, traits=traits)
+    for inst in instances:
+        mine = pd["instances"][inst["name"]]
+        inst["argv"] = [*inst["argv"], *mine["flags"]]
+        inst["pd_role"], inst["bootstrap_port"] = mine["role"], mine["bootstrap_port"]
+    return pd
 
 
 def storage_clear(storage: Mapping[str, Any] | None, instances: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:

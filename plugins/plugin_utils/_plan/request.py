@@ -21,6 +21,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._shared.models impor
 from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import DEFAULT_RELEASE
 from ansible_collections.llmops.sglang.plugins.plugin_utils._declared import role_default
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, render
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.pd import PdRequest, pd_request
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import (
     OWNED_FLAGS as STORAGE_FLAGS,
 )
@@ -93,6 +94,7 @@ class PlanRequest:
     hicache_fraction: float = _declared("hicache_fraction")
     hicache_reserve_gib: float = _declared("hicache_reserve_gib")
     hicache_storage: StorageRequest | None = None  # None: no storage tier (sglang_hicache_storage {})
+    pd: PdRequest | None = None  # None: unified (sglang_pd {})
     extra_args: list[tuple[str, list[str] | None]] = field(default_factory=list)
     user_profiles: dict[str, Any] = field(default_factory=dict)
     force_busy: bool = False
@@ -142,6 +144,7 @@ class PlanRequest:
                                             low_open=True),
             hicache_reserve_gib=checker.number("hicache_reserve_gib", default=declared("hicache_reserve_gib"), low=0.0),
             hicache_storage=storage,
+            pd=checker.pd("pd"),
             # with a storage tier, its flags are the plan's too
             extra_args=checker.extra_args("extra_args", {**OWNED_FLAGS, **(STORAGE_FLAGS if storage else {})}),
             user_profiles=checker.mapping("user_profiles") or {},
@@ -191,6 +194,14 @@ class _Checker:
             self._bad(key, value, "must be a string")
             return None
         return str(value)
+
+    def pd(self, key: str) -> PdRequest | None:
+        """sglang_pd, checked by prefill/decode disaggregation's own rules (_plan/pd.py)."""
+        try:
+            return pd_request(self.kwargs.get(key))
+        except PlanError as exc:
+            self.problems.append(str(exc))
+            return None
 
     def storage(self, key: str, base_dir: str) -> StorageRequest | None:
         """sglang_hicache_storage, checked by the storage tier's own rules (_plan/storage.py)."""

@@ -12,7 +12,7 @@ that holds each.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
@@ -64,15 +64,27 @@ def python_of(settings: Mapping[str, Any]) -> str:
     return _text(settings.get("python")) or f"{_text(settings.get('venv'))}/bin/python"
 
 
-def install_spec(settings: Mapping[str, Any], storage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def plan_packages(plan: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The packages the plan's parts need in the engine's Python beyond SGLang, pinned by the
+    release traits: the mooncake storage tier's, the PD transfer backend's ({package, import,
+    what}; one entry per package)."""
+    found: dict[str, dict[str, str]] = {}
+    for part, what in ((plan.get("hicache_storage"), "SGLang's mooncake storage backend"),
+                       (plan.get("pd"), "the PD transfer backend")):
+        if part and part.get("package"):
+            found.setdefault(str(part["package"]), {"package": str(part["package"]), "import": str(part["import"]),
+                                                    "what": what})
+    return list(found.values())
+
+
+def install_spec(settings: Mapping[str, Any], extra: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
     """What the role installs into the venv (pip), when sglang_install is true: the engine, the
-    storage tier's package (mooncake's, pinned by the release trait; the real engine only), then
-    sglang_pip_packages."""
+    packages of the plan's parts (``plan_packages``; the real engine only), then sglang_pip_packages."""
     engine = _text(settings.get("engine")) or "sglang"
     packages = ([f"aiohttp=={_text(settings.get('sim_aiohttp_version'))}"] if engine == "sim"
                 else [f"sglang=={_text(settings.get('release'))}"])
-    if engine == "sglang" and (storage or {}).get("package"):
-        packages.append(str(storage["package"]))
+    if engine == "sglang":
+        packages += [item["package"] for item in extra]
     extra = settings.get("pip_packages") or []
     if not isinstance(extra, (list, tuple)):
         raise PlanError(f"sglang_pip_packages={extra!r}: must be a list of pip requirements")
@@ -171,6 +183,9 @@ def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python:
         ports.append({"port": inst["port"], "instance": inst["name"], "what": "HTTP"})
         if inst.get("nccl_port"):
             ports.append({"port": inst["nccl_port"], "instance": inst["name"], "what": "NCCL"})
+        if inst.get("bootstrap_port"):  # a prefill instance's bootstrap server (sglang_pd)
+            ports.append({"port": inst["bootstrap_port"], "instance": inst["name"], "what": "PD bootstrap",
+                          "fix": "or choose another sglang_pd.bootstrap_port"})
     files = []
     model_path = str((plan.get("model") or {}).get("path") or "")
     if model_path.startswith("/"):
@@ -200,20 +215,20 @@ def preflight_spec(plan: Mapping[str, Any], settings: Mapping[str, Any], python:
 
 def store_checks(spec: dict[str, Any], plan: Mapping[str, Any], engine: str, python: str, install: bool,
                  user_env: Mapping[str, Any]) -> None:
-    """The mooncake tier's pre-flight: the package in the server's Python (the real engine; the role
-    installs it with sglang_install), the ports of the master this host runs (free, or held by that
+    """The pre-flight of the plan's packages and the mooncake tier: each package in the server's
+    Python (the real engine; the role installs them with sglang_install), the ports of the master this host runs (free, or held by that
     master: a process working in its folder), or the master another host runs reachable from here."""
-    storage = plan.get("hicache_storage") or {}
-    master = storage.get("master") or {}
+    if engine == "sglang" and not install:  # else pip installs them, pinned
+        for item in plan_packages(plan):
+            spec.setdefault("commands", []).append({
+                "argv": [python, "-c", f"import {item['import']}"],
+                "env": {str(k): _text(v) for k, v in user_env.items()},  # as the servers run (sglang_env)
+                "what": f"{item['package']} in the server's Python ({item['what']} imports {item['import']})",
+                "fix": f"set sglang_install: true (the role installs {item['package']}), or pip install "
+                       f"{item['package']} there"})
+    master = (plan.get("hicache_storage") or {}).get("master") or {}
     if not master:
         return
-    package = str(storage.get("package") or "")
-    if engine == "sglang" and storage.get("import") and not install:  # else pip installs it, pinned
-        spec.setdefault("commands", []).append({
-            "argv": [python, "-c", f"import {storage['import']}"],
-            "env": {str(k): _text(v) for k, v in user_env.items()},  # as the servers run (sglang_env)
-            "what": f"{package} in the server's Python (SGLang's mooncake backend imports {storage['import']})",
-            "fix": f"set sglang_install: true (the role installs {package}), or pip install {package} there"})
     if master.get("local"):
         folder = _layout.kvstore_paths(str(plan["base_dir"]))["dir"]
         for key, what in (("port", "RPC"), ("metrics_port", "metrics")):
@@ -270,7 +285,7 @@ def server_plan(inputs: PlanInputs, facts: Mapping[str, Any], current: Mapping[s
     validate_plan(plan)
     settings["release"] = plan["release"]
     python = python_of(settings)
-    install = install_spec(settings, plan.get("hicache_storage"))
+    install = install_spec(settings, plan_packages(plan))
     gpu_names = [str(gpu.get("name") or "") for gpu in facts.get("gpus", []) or []]
     for inst in plan["instances"]:
         inst["env"], inst["env_secrets"] = environment(inst, plan, settings, gpu_names)

@@ -84,6 +84,10 @@ def plan_summary(plan: Mapping[str, Any]) -> list[str]:
         each = " / ".join(f"{cap / 1e9:.2f} GB" for cap in caps)
         lines.append(f"  HiCache storage: {storage.get('backend')} in {storage.get('root')}/<instance>, {each} per "
                      f"instance ({fs.get('fstype')} at {fs.get('mount_point')}: {(storage.get('reasoning') or [''])[-1]})")
+    pd = plan.get("pd") or {}
+    if pd:
+        sides = ", ".join(f"{n} {role}" for role, n in (pd.get("counts") or {}).items() if n)
+        lines.append(f"  PD: {sides} over {pd.get('transfer_backend')} (the router pairs them)")
     counts: dict[str, int] = {}
     for inst in instances:
         name = str(inst.get("name"))

@@ -25,6 +25,7 @@ REQUEST_VARIABLES: dict[str, str] = {
     "host_address": "sglang_host_address", "base_dir": "sglang_base_dir",
     "hicache_size_gb": "sglang_hicache_size_gb", "hicache_fraction": "sglang_hicache_fraction",
     "hicache_reserve_gib": "sglang_hicache_reserve_gib", "hicache_storage": "sglang_hicache_storage",
+    "pd": "sglang_pd",
     "extra_args": "sglang_extra_args",
     "user_profiles": "sglang_profiles", "force_busy": "sglang_force_busy_gpus",
     "max_running_requests": "sglang_max_running_requests", "served_model_name": "sglang_served_model_name",
