@@ -7,7 +7,11 @@ from typing import Any
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases import release_traits
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import PlanError, instance_plan, validate_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan import (
+    PlanError,
+    instance_plan,
+    validate_plan,
+)
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.pd import pd_plan, pd_request
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.summary import plan_summary
 
