@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.disagg import prepare
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.replies import (
     Reply,
     Stream,
@@ -159,7 +160,11 @@ async def generate(engine: Engine, request: ApiRequest) -> Reply | Stream:
     failure = engine.fail_gate.fail_next(engine.log)  # LLMOPS_SIM_FAIL_SHARE: before any token
     if failure is not None:
         return Reply({"error": {"message": failure}}, 500)
-    sub = engine.scheduler.submit(prompts, max_new, stream, seed=params.get("seed"))
+    prep = await prepare(engine, body, max_new)  # prefill/decode disaggregation (disagg.py)
+    if prep.error is not None:
+        return Reply({"error": {"message": prep.error}}, 500)
+    sub = engine.scheduler.submit(prompts, prep.max_new, stream, seed=params.get("seed"),
+                                  transferred=prep.transferred, on_done=prep.on_done)
     if stream:
         return Stream(_chunks(engine, sub), sub.cancel)
     await sub.drain()

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.disagg import Prepared, prepare
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.replies import (
     Reply,
     Stream,
@@ -84,10 +85,10 @@ def _injected_failure(engine: Engine) -> Reply | None:
     return None if message is None else internal_error(message)
 
 
-def _admit(engine: Engine, body: dict[str, Any], prompts: Prompts, max_tokens: int,
-           stream: bool) -> _Call:
+def _admit(engine: Engine, body: dict[str, Any], prompts: Prompts, prep: Prepared, stream: bool) -> _Call:
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    sub = engine.scheduler.submit(prompts, max_tokens, stream, seed=body.get("seed"))
+    sub = engine.scheduler.submit(prompts, prep.max_new, stream, seed=body.get("seed"), transferred=prep.transferred,
+                                  on_done=prep.on_done)
     return _Call(str(body.get("model") or "default"), uuid.uuid4().hex, int(time.time()),
                  include_usage, sub, bool(engine.config.args.get("enable_cache_report")))
 
@@ -161,7 +162,10 @@ async def completions(engine: Engine, request: ApiRequest) -> Reply | Stream:
     busy = not_ready(engine.state) or _injected_failure(engine)
     if busy is not None:
         return busy
-    call = _admit(engine, body, prompts, max_tokens, stream)
+    prep = await prepare(engine, body, max_tokens)  # prefill/decode disaggregation (disagg.py)
+    if prep.error is not None:
+        return internal_error(prep.error)
+    call = _admit(engine, body, prompts, prep, stream)
     if not stream:
         await call.sub.drain()
         return Reply(_completion(call))
@@ -245,7 +249,10 @@ async def chat(engine: Engine, request: ApiRequest) -> Reply | Stream:
     busy = not_ready(engine.state) or _injected_failure(engine)
     if busy is not None:
         return busy
-    call = _admit(engine, body, prompts, max_tokens, stream)
+    prep = await prepare(engine, body, max_tokens)  # prefill/decode disaggregation (disagg.py)
+    if prep.error is not None:
+        return internal_error(prep.error)
+    call = _admit(engine, body, prompts, prep, stream)
     if eos_at is not None and eos_at == max_tokens:
         for req in call.reqs:
             req.finish_reason = "stop"

@@ -23,6 +23,8 @@ class PrefixHook:
         """The cached prefix of a request about to be admitted: (device, host) tokens, the host
         part with what the storage tier holds (read into the host pool, then loaded back)."""
         req = self.reqs.get(req_id)
+        if req is not None and req.transferred:  # its KV came from a prefill instance: no prefill here
+            return max(int(req.prompt_tokens) - 1, 0), 0
         if self.cache is None or req is None or req.internal or not req.token_ids:
             return 0, 0
         req.match = self.cache.match(req.token_ids)

@@ -81,6 +81,10 @@ class Req:
     cached_storage: int = 0
     match: Match | None = None
     handle: Handle | None = None
+    # prefill/decode disaggregation (disagg.py): its KV came from a prefill instance (no prefill
+    # work here), and what to do when it finishes (a prefill instance hands its KV over)
+    transferred: bool = False
+    on_done: Callable[[Req], None] | None = None
 
 
 @dataclass
@@ -213,7 +217,8 @@ class RequestScheduler:
 
     # -- submission --------------------------------------------------------------------
     def submit(self, prompts: list[tuple[int, str]], max_new: int, stream: bool,
-               seed: Any = None, internal: bool = False) -> Submission:
+               seed: Any = None, internal: bool = False, transferred: bool = False,
+               on_done: Callable[[Req], None] | None = None) -> Submission:
         """One request per (token count, cache key) prompt; their tokens arrive on one queue."""
         sink: asyncio.Queue[Event] = asyncio.Queue()
         reqs: list[Req] = []
@@ -227,7 +232,8 @@ class RequestScheduler:
                       rng=random.Random(int.from_bytes(digest[:8], "big")),
                       received_ts=now_wall, dispatch_ts=time.time(), submitted_at=loop_now,
                       internal=internal, m_submitted=self.metric_clock(loop_now),
-                      token_ids=() if internal else prompt_ids(key, tokens))
+                      token_ids=() if internal else prompt_ids(key, tokens), transferred=transferred,
+                      on_done=on_done)
             self.reqs[rid] = req
             self.sched.submit(rid, max(1, tokens), req.max_new)
             reqs.append(req)
@@ -420,6 +426,8 @@ class RequestScheduler:
         self.reqs.pop(req.rid, None)
         self.prefix.release(req, finished=True)
         req.sink.put_nowait((req.index, [], True))
+        if req.on_done is not None:
+            req.on_done(req)
         if not req.internal:
             e2e = (self.metric_clock(now) if mnow is None else mnow) - req.m_submitted
             self.metrics.observe_finished(req.stream, req.prompt_tokens, req.cached_device,

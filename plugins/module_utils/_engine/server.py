@@ -287,6 +287,8 @@ class HttpServer:
         runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
                                shutdown_timeout=0.25)
         await runner.setup()
+        if engine.disagg is not None:  # a prefill's bootstrap server listens from the start
+            await engine.disagg.start()
         site: web.SockSite | None = None
         if listen_early:
             site = web.SockSite(runner, sock)
@@ -395,6 +397,8 @@ class HttpServer:
         while self.engine.scheduler.reqs and loop.time() < deadline:
             await asyncio.sleep(0.02)
         await runner.cleanup()
+        if self.engine.disagg is not None:
+            await self.engine.disagg.stop()
         loop_task.cancel()
         try:
             await loop_task

@@ -208,8 +208,11 @@ def _storage(before: Scrape, after: Scrape, notes: dict[str, str]) -> dict[str, 
     out: dict[str, Any] = dict.fromkeys(keys)
     if not (present(after, "prefetched_tokens_total") or present(after, "backuped_tokens_total")):
         return out
-    out["storage_prefetched_tokens"] = _rnd(_delta(before, after, "prefetched_tokens_total"), 0)
-    out["storage_backuped_tokens"] = _rnd(_delta(before, after, "backuped_tokens_total"), 0)
+    # SGLang declares each of the tier's counters at its first use (device run 12: with the
+    # best_effort prefetch policy prefetched_tokens_total never appeared): absent is 0, not a restart
+    for key, name in (("storage_prefetched_tokens", "prefetched_tokens_total"),
+                      ("storage_backuped_tokens", "backuped_tokens_total")):
+        out[key] = _rnd(_delta(before, after, name), 0) if present(after, name) else 0.0
     prompt = _delta(before, after, "prompt_tokens_histogram_sum")
     source = storage_source(after)
     cached = _delta(before, after, "cached_tokens_total", cache_source=source) if source else 0.0

@@ -266,3 +266,19 @@ def test_the_storage_tiers_hits_of_a_level_from_real_0_5_17_scrapes() -> None:
     assert out["cache_hit_rate_device"] == round((327296 - 163648) / prompt, 4) == 0.8496
     assert out["cache_hit_rate_host"] == 0.0
     assert out["storage_prefetched_tokens"] == 18880 and out["storage_backuped_tokens"] == 66432 - 43648
+
+
+def test_a_storage_counter_the_server_never_declared_is_zero_not_a_restart() -> None:
+    """Device run 12, best_effort prefetch: the tier wrote pages (backuped_tokens_total) and never
+    prefetched, so the real server never declared prefetched_tokens_total: 0 prefetched and 0 %
+    from storage, with no 'restarted' note (the first report said so, wrongly)."""
+    before = sm.parse((METRICS / "sglang-0.5.17-h100-file-tier-best-effort-before.txt").read_text())
+    after = sm.parse((METRICS / "sglang-0.5.17-h100-file-tier-best-effort-after.txt").read_text())
+    assert not sm.present(after, "prefetched_tokens_total") and sm.present(after, "backuped_tokens_total")
+    samples = sm.GaugeSamples()
+    samples.add(after)
+    out = sm.level_metrics(before, after, samples)
+    assert out is not None
+    assert out["storage_prefetched_tokens"] == 0 and out["cache_hit_rate_storage"] == 0.0
+    assert out["storage_backuped_tokens"] == 85184 - 43520
+    assert not any(key.startswith("storage") or key == "cache_hit_rate_storage" for key in out["notes"])
