@@ -120,8 +120,9 @@ class EngineMetrics:
         return self.cached_device + self.cached_host + self.cached_storage
 
     def observe_finished(self, stream: bool, prompt: int, cached_device: int, cached_host: int,
-                         generated: int, e2e: float, cached_storage: int = 0) -> None:
-        """A request that finished: token counters, e2e latency, length histograms."""
+                         generated: int, e2e: float, cached_storage: int = 0, received: int = 0) -> None:
+        """A request that finished: token counters, e2e latency, length histograms. ``received``:
+        prompt tokens whose KV came from a prefill instance (PD decode): not computed here."""
         cached = cached_device + cached_host + cached_storage
         label = "true" if stream else "false"
         self._count("prompt_tokens_total", label, prompt)
@@ -129,12 +130,12 @@ class EngineMetrics:
         self._count("num_requests_total", label, 1)
         self.stream_histogram("e2e_request_latency_seconds", stream).observe(e2e)
         self.hist_plain["prompt_tokens_histogram"].observe(prompt)
-        self.hist_plain["uncached_prompt_tokens_histogram"].observe(prompt - cached)
+        self.hist_plain["uncached_prompt_tokens_histogram"].observe(prompt - cached - received)
         self.hist_plain["generation_tokens_histogram"].observe(generated)
         self.cached_device += cached_device
         self.cached_host += cached_host
         self.cached_storage += cached_storage
-        self.realtime["prefill_compute"] += prompt - cached
+        self.realtime["prefill_compute"] += prompt - cached - received
         self.realtime["prefill_cache"] += cached
 
     def prompt_tokens(self) -> float:

@@ -96,6 +96,8 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ('load_back_tokens_total', 'counter', 'Number of tokens loaded back from host to device.'),
     ('prefetched_tokens_total', 'counter', 'Number of prefetched prompt tokens.'),
     ('backuped_tokens_total', 'counter', 'Number of backuped tokens.'),
+    ('num_bootstrap_failed_reqs_total', 'counter', 'Number of bootstrap failed requests.'),
+    ('num_transfer_failed_reqs_total', 'counter', 'Number of transfer failed requests.'),
 )
 _FAMILY_INFO = {name: (kind, help_) for name, kind, help_ in _FAMILIES}
 
@@ -296,12 +298,14 @@ def _batches(out: _Text) -> None:
     """Disaggregation queues (always empty), utilization, CUDA graphs, the HiCache host pool."""
     config, m = out.engine.config, out.engine.metrics
     running = out.engine.scheduler.num_running()
+    pd = out.engine.disagg.gauges() if out.engine.disagg is not None else {}  # disagg.py
     for name in _ZERO_QUEUES:
-        out.gauge(name, 0.0)
+        out.gauge(name, pd.get(name, 0.0))
     out.gauge("utilization", min(1.0, running / config.max_running) if config.max_running else 0.0)
     out.gauge("fwd_occupancy", float("nan"))
     out.gauge("new_token_ratio", 0.7 if running else 0.0)
     out.gauge("is_cuda_graph", 1.0 if 0 < running <= config.graph_max_bs else 0.0)
+    _pd_counters(out)
     if m.hicache_total:
         cache = out.engine.scheduler.cache
         out.gauge("hicache_host_used_tokens", cache.host_used if cache else 0)
@@ -318,6 +322,17 @@ def _batches(out: _Text) -> None:
                 out.sample("prefetched_tokens_total", [], store.prefetched_tokens, base=tier)])
             out.family("backuped_tokens_total", [
                 out.sample("backuped_tokens_total", [], store.backuped_tokens, base=tier)])
+
+
+def _pd_counters(out: _Text) -> None:
+    """Prefill/decode disaggregation's failure counters (declared on a PD instance only)."""
+    pd = out.engine.disagg
+    if pd is None:
+        return
+    out.family("num_bootstrap_failed_reqs_total", [
+        out.sample("num_bootstrap_failed_reqs_total", [], pd.counters.bootstrap_failed)])
+    out.family("num_transfer_failed_reqs_total", [
+        out.sample("num_transfer_failed_reqs_total", [], pd.counters.transfer_failed)])
 
 
 def _routing_and_passes(out: _Text) -> None:

@@ -431,7 +431,8 @@ class RequestScheduler:
         if not req.internal:
             e2e = (self.metric_clock(now) if mnow is None else mnow) - req.m_submitted
             self.metrics.observe_finished(req.stream, req.prompt_tokens, req.cached_device,
-                                          req.cached_host, len(req.output_ids), e2e, req.cached_storage)
+                                          req.cached_host, len(req.output_ids), e2e, req.cached_storage,
+                                          received=max(req.prompt_tokens - 1, 0) if req.transferred else 0)
 
     # -- state for logs, metrics and server info ----------------------------------------
     def num_running(self) -> int:
