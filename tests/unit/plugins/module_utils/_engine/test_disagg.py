@@ -11,7 +11,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from ansible_collections.llmops.sglang.plugins.module_utils._engine.disagg import FAKE_BOOTSTRAP_HOST, bootstrap_of
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.disagg import (
+    FAKE_BOOTSTRAP_HOST,
+    bootstrap_of,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
 
 from .test_radixcache import DENSE, make_engine, metric
