@@ -54,6 +54,14 @@ def resolve(args: dict[str, Any], hostvars: Mapping[str, Any]) -> dict[str, Any]
     found.update({str(h): d for h, d in deployments.items()})
     urls = _routing.worker_urls(found, str(router_host))
     args["workers"] = list(dict.fromkeys([str(u) for u in args.get("workers") or []] + urls))
+    types = _routing.worker_types(found, str(router_host))
+    if types:
+        router_vars = hostvars.get(str(router_host)) or {}
+        if not bool(router_vars.get("sglang_router_pd_disaggregation", False)):
+            raise RouterError(f"the deployments of {', '.join(sorted(found))} are prefill/decode instances (sglang_pd), "
+                              f"and the router on {router_host} is not in PD mode: set "
+                              "sglang_router_pd_disaggregation: true for it")
+        args["worker_types"] = {**types, **(args.get("worker_types") or {})}
     return args
 
 

@@ -37,6 +37,15 @@ options:
     type: list
     elements: str
     default: []
+  worker_types:
+    description:
+      - The side of each prefill/decode worker, by URL - C({worker_type, bootstrap_port}) with
+        C(worker_type) V(prefill) or V(decode) and a prefill's C(bootstrap_port) - sent with its
+        C(POST /workers) to a router in PD mode (O(deployment_hosts) and O(deployments) give it from
+        each instance's C(pd_role) and C(bootstrap_port)). A worker the router lists with another
+        side is removed and added again. Workers not named here are registered as C(regular).
+    type: dict
+    default: {}
   deployment_hosts:
     description:
       - Server hosts (inventory names, for example C(groups['sglang_servers'])) whose deployments
@@ -239,7 +248,7 @@ def main() -> None:
                              "llmops.sglang.router_workers: call the module by that name, not ansible.legacy")
     client = RouterClient(p["router_url"], api_key=p["api_key"], timeout=p["request_timeout"])
     try:
-        result = reconcile(client, p["workers"], p["state"], worker_api_key=p["worker_api_key"],
+        result = reconcile(client, p["workers"], p["state"], types=p["worker_types"], worker_api_key=p["worker_api_key"],
                            wait_healthy=p["wait_healthy"], timeout=p["timeout"], check_mode=module.check_mode)
     except RouterError as err:
         module.fail_json(msg=str(err), router_url=client.base_url)

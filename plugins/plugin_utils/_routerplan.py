@@ -48,6 +48,7 @@ VARIABLES: dict[str, str] = {
     "health_check_endpoint": "sglang_router_health_check_endpoint",
     "retry_max_retries": "sglang_router_retry_max_retries",
     "circuit_breaker": "sglang_router_circuit_breaker",
+    "pd_disaggregation": "sglang_router_pd_disaggregation",
     "cb_failure_threshold": "sglang_router_cb_failure_threshold",
     "cb_timeout": "sglang_router_cb_timeout",
     "request_timeout": "sglang_router_request_timeout",
@@ -134,6 +135,7 @@ class RouterRequest:
     health_check_endpoint: str
     retry_max_retries: int
     circuit_breaker: bool
+    pd_disaggregation: bool
     cb_failure_threshold: int
     cb_timeout: int
     request_timeout: int
@@ -173,7 +175,7 @@ class RouterRequest:
 _INTS = {"port", "prometheus_port", "health_check_interval", "health_check_timeout", "health_failure_threshold",
          "health_success_threshold", "retry_max_retries", "cb_failure_threshold", "cb_timeout", "request_timeout",
          "shutdown_grace_period", "ready_timeout"}
-_BOOLS = {"install", "circuit_breaker"}
+_BOOLS = {"install", "circuit_breaker", "pd_disaggregation"}
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
@@ -261,6 +263,8 @@ def argv(req: RouterRequest) -> list[str]:
              "--request-timeout-secs", str(req.request_timeout),
              "--shutdown-grace-period-secs", str(req.shutdown_grace_period),
              "--log-level", req.log_level]
+    if req.pd_disaggregation:  # pairs prefill and decode workers (their worker_type and bootstrap_port)
+        words.append("--pd-disaggregation")
     if req.circuit_breaker:
         words += ["--cb-failure-threshold", str(req.cb_failure_threshold),
                   "--cb-timeout-duration-secs", str(req.cb_timeout)]

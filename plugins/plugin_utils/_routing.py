@@ -69,3 +69,19 @@ def worker_urls(deployments: dict[str, Any], router_host: str) -> list[str]:
     if problems:
         raise RouterError(f"cannot list the workers of the router on {router_host}: " + "; ".join(problems))
     return list(dict.fromkeys(urls))
+
+
+def worker_types(deployments: dict[str, Any], router_host: str) -> dict[str, dict[str, Any]]:
+    """The prefill/decode side of each PD worker a router on ``router_host`` registers (URL ->
+    ``{worker_type, bootstrap_port}``, from each instance's ``pd_role`` and ``bootstrap_port`` in its
+    deployment.json); empty for a unified deployment."""
+    out: dict[str, dict[str, Any]] = {}
+    for host, manifest in deployments.items():
+        if manifest is NOT_READ:
+            continue
+        for inst in (manifest or {}).get("instances") or []:
+            role = inst.get("pd_role")
+            url = worker_url(inst, host, router_host) if role else None
+            if url and inst.get("rank0") is not False and node_rank(inst) == 0:
+                out[url] = {"worker_type": str(role), "bootstrap_port": inst.get("bootstrap_port")}
+    return out

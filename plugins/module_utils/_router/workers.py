@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,9 +68,11 @@ class Worker:
     url: str
     is_healthy: bool
     load: int | None
+    worker_type: str = "regular"  # prefill, decode (a PD router) or regular
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "id": self.id, "is_healthy": self.is_healthy, "load": self.load}
+        return {"url": self.url, "id": self.id, "is_healthy": self.is_healthy, "load": self.load,
+                "worker_type": self.worker_type}
 
 
 Opener = Callable[..., Any]
@@ -136,13 +138,20 @@ class RouterClient:
                 continue
             load = item.get("load")
             workers.append(Worker(id=str(item["id"]), url=str(item["url"]), is_healthy=bool(item.get("is_healthy")),
-                                  load=int(load) if isinstance(load, (int, float)) else None))
+                                  load=int(load) if isinstance(load, (int, float)) else None,
+                                  worker_type=str(item.get("worker_type") or "regular")))
         return workers
 
-    def add_worker(self, url: str, worker_api_key: str | None = None) -> str | None:
+    def add_worker(self, url: str, worker_api_key: str | None = None,
+                   kind: Mapping[str, Any] | None = None) -> str | None:
+        """POST /workers; ``kind``: a PD worker's ``worker_type`` and (a prefill) ``bootstrap_port``
+        (sglang-router 0.3.2 in PD mode pairs them and sends a prefill's port with each request)."""
         body: dict[str, Any] = {"url": url}
         if worker_api_key:
             body["api_key"] = worker_api_key
+        for key in ("worker_type", "bootstrap_port"):
+            if (kind or {}).get(key) is not None:
+                body[key] = kind[key]
         _, data = self.request("POST", "/workers", body)
         return str(data["worker_id"]) if isinstance(data, dict) and data.get("worker_id") else None
 
@@ -200,6 +209,7 @@ def _by_url(workers: list[Worker]) -> dict[str, Worker]:
 
 
 def reconcile(client: RouterClient, workers: list[str], state: str = "present", *,
+              types: Mapping[str, Mapping[str, Any]] | None = None,
               worker_api_key: str | None = None, wait_healthy: bool = False, timeout: float = 60.0,
               check_mode: bool = False, interval: float = POLL_S,
               clock: Callable[[], float] = time.monotonic,
@@ -221,6 +231,13 @@ def reconcile(client: RouterClient, workers: list[str], state: str = "present", 
         return Result(changed=bool(add), added=add, msg=note)
     by_url = _by_url(current)
     add, remove = changes(list(by_url), wanted, state)
+    kinds = {normalize_url(u): dict(k) for u, k in (types or {}).items()}
+    # a worker listed with another side than its deployment's (a host turned from prefill to
+    # decode): removed and added again with its side
+    for url in [u for u in wanted if u in by_url and u not in remove and u in kinds
+                and by_url[u].worker_type != kinds[u].get("worker_type", "regular")]:
+        remove.append(url)
+        add.append(url)
     result = Result(changed=bool(add or remove), added=add, removed=remove, before=sorted(by_url))
     if check_mode or not result.changed:
         result.workers = [w.to_dict() for w in current]
@@ -231,7 +248,7 @@ def reconcile(client: RouterClient, workers: list[str], state: str = "present", 
         client.remove_worker(worker_id)
     added_ids: dict[str, str | None] = {}
     for url in add:
-        added_ids[url] = client.add_worker(url, worker_api_key)
+        added_ids[url] = client.add_worker(url, worker_api_key, kinds.get(url))
     listed = _wait(client, removed_ids, added_ids if wait_healthy else {}, deadline, float(timeout), interval,
                    clock, sleep)
     result.workers = [w.to_dict() for w in listed]

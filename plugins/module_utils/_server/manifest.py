@@ -299,10 +299,7 @@ def build(
             "nnodes": inst.get("nnodes", 1),
             "rank0": inst.get("rank0", True),
             "argv": inst.get("argv", []),
-            # prefill/decode disaggregation: the instance's side and (prefill) its bootstrap port,
-            # which the router registers it with
-            "pd_role": inst.get("pd_role"),
-            "bootstrap_port": inst.get("bootstrap_port"),
+            "pd_role": inst.get("pd_role"), "bootstrap_port": inst.get("bootstrap_port"),  # the router's pairing
             "env_digest": env_digest(inst.get("env")),
             "hicache": hicache,
             "ready_at": ready_at,
@@ -322,11 +319,16 @@ def build(
         "python": python,
         "hicache": hicache,
         "hicache_storage": storage,
-        # the storage tier's master this host runs (stop.yml stops it after the instances)
-        "kvstore": {key: kvstore[key] for key in ("name", "pid_file", "log_file", "match", "address", "dir")}
-        if (kvstore := plan.get("kvstore")) else None,
+        "kvstore": kvstore_record(plan.get("kvstore")),
         "instances": instances,
     }
+
+
+def kvstore_record(kvstore: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The storage tier's master this host runs, as stop.yml stops it after the instances."""
+    if not kvstore:
+        return None
+    return {key: kvstore[key] for key in ("name", "pid_file", "log_file", "match", "address", "dir")}
 
 
 def _caps(tier: dict[str, Any]) -> dict[str, Any]:

@@ -178,6 +178,7 @@ ARGUMENT_SPECS: dict[str, dict[str, dict[str, Any]]] = {
         'api_key': {'type': 'str', 'no_log': True},
         'router_url': {'type': 'str', 'required': True},
         'workers': {'type': 'list', 'elements': 'str', 'default': []},
+        'worker_types': {'type': 'dict', 'default': {}},
         'deployment_hosts': {'type': 'list', 'elements': 'str'},
         'deployments': {'type': 'dict'},
         'router_host': {'type': 'str'},
