@@ -410,3 +410,45 @@ def test_bench_through_the_router_reports_workers_fleet_total_and_router_side_by
     assert "### localhost/router (baseline)" in summary
     fleet_doc = json.loads((folder / "fleet.json").read_text())
     assert len(fleet_doc["rows"]) == len(rows)
+
+
+def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) -> None:
+    """sglang_pd (issue 32): localhost's two instances as a prefill and a decode (one host split),
+    the real sglang-router 0.3.2 in PD mode (sglang_router_pd_disaggregation) with each registered
+    with its side and the prefill's bootstrap port; every request through the router is answered
+    by the decode from the KV the prefill computed, none failed; a router not in PD mode refuses
+    the PD deployment's workers, naming the fix."""
+    boot = free_port_block(1)
+    dep = router_inventory(tmp_path, sglang_router_pd_disaggregation=True)
+    pd = {"role": ["prefill", "decode"], "bootstrap_port": boot}
+    try:
+        run = dep.play("deploy.yml", profile="baseline", sglang_pd=pd)
+        assert run.rc == 0, run.out[-4000:]
+        manifest = dep.manifest()
+        sides = {i["name"]: (i["pd_role"], i["bootstrap_port"]) for i in manifest["instances"]}
+        assert sides == {"gpu0": ("prefill", boot), "gpu1": ("decode", None)}
+        status, workers = http(router_url(dep) + "/workers")
+        assert status == 200, workers
+        listed = {w["url"]: (w["worker_type"], w.get("bootstrap_port")) for w in workers["workers"]}
+        urls = {i["name"]: i["connect_url"] for i in manifest["instances"]}
+        assert listed == {urls["gpu0"]: ("prefill", boot), urls["gpu1"]: ("decode", None)}, listed
+        assert http(router_url(dep) + "/readiness")[0] == 200  # a prefill and a decode: paired
+
+        answers = [http(router_url(dep) + "/generate", {"text": f"request {i} " + "shared prompt " * 60,
+                                                         "sampling_params": {"max_new_tokens": 8}})
+                   for i in range(12)]
+        assert [s for s, _ in answers] == [200] * 12, answers
+        assert all(body["meta_info"]["completion_tokens"] == 8 for _, body in answers)  # the decode's answer
+        chat_status, chat = http(router_url(dep) + "/v1/chat/completions", {
+            "model": "qwen3.6-27b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        assert chat_status == 200 and chat["usage"]["completion_tokens"] == 4, chat
+        metrics = urllib.request.urlopen(urls["gpu1"] + "/metrics", timeout=10).read().decode()
+        assert "sglang:num_bootstrap_failed_reqs_total" in metrics
+        assert [line for line in metrics.splitlines()
+                if line.startswith("sglang:num_bootstrap_failed_reqs_total")][0].endswith(" 0.0")
+
+        unpaired = dep.play("deploy.yml", profile="baseline", sglang_pd=pd, sglang_router_pd_disaggregation=False)
+        assert unpaired.rc != 0
+        assert "is not in PD mode: set sglang_router_pd_disaggregation: true" in unpaired.out, unpaired.out[-3000:]
+    finally:
+        cleanup(dep)
