@@ -297,8 +297,17 @@ def _storage_keys_table() -> dict[str, list[str]]:
     return {"storage keys": rows}
 
 
+def _pd_keys_table() -> dict[str, list[str]]:
+    """docs/fleet.md's table of sglang_pd's keys, from plugins/plugin_utils/_plan/pd.py's OPTIONS."""
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.pd import OPTIONS
+
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{key}` | {_flow(option.default)} | {option.meaning} |" for key, option in OPTIONS.items()]
+    return {"pd keys": rows}
+
+
 def with_markdown_tables(text: str) -> str:
-    tables = {**_guard_tables(), **_profile_keys_table(), **_storage_keys_table()}
+    tables = {**_guard_tables(), **_profile_keys_table(), **_storage_keys_table(), **_pd_keys_table()}
 
     def table(m: re.Match[str]) -> str:
         if m["what"] not in tables:
