@@ -104,3 +104,16 @@ def flag_values(argv: Sequence[Any]) -> dict[str, str | None]:
         elif flag:
             out[flag] = word if out[flag] is None else f"{out[flag]} {word}"
     return out
+
+
+def option_dict(variable: str, value: Any, known: Sequence[str], off: str) -> Mapping[str, Any] | None:
+    """A role variable that is a dict of declared keys ({} for ``off``): the dict, None when it is
+    empty, or PlanError naming the variable, what it takes and the unknown keys."""
+    if value in (None, "", {}):
+        return None
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{variable}={value!r}: must be a dict (its keys: {', '.join(known)}), or {{}} for {off}")
+    unknown = sorted(set(map(str, value)) - set(known))
+    if unknown:
+        raise PlanError(f"{variable}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(known)}")
+    return value

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError, option_dict
 
 ROLES = ("prefill", "decode")
 
@@ -60,14 +60,9 @@ class PdRequest:
 
 def pd_request(value: Any) -> PdRequest | None:
     """The checked ``sglang_pd``: None for a unified deployment ({} or no role)."""
-    if value in (None, "", {}):
+    value = option_dict("sglang_pd", value, tuple(OPTIONS), "a unified deployment")
+    if value is None:
         return None
-    if not isinstance(value, Mapping):
-        raise PlanError(f"sglang_pd={value!r}: must be a dict (its keys: {', '.join(OPTIONS)}), or {{}} for a "
-                        "unified deployment")
-    unknown = sorted(set(map(str, value)) - set(OPTIONS))
-    if unknown:
-        raise PlanError(f"sglang_pd: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(OPTIONS)}")
     role = value.get("role", OPTIONS["role"].default)
     roles = tuple(str(r) for r in role) if isinstance(role, (list, tuple)) else ((str(role),) if role else ())
     if not roles:

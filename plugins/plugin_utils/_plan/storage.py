@@ -37,6 +37,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
     PlanError,
     flag_values,
     gb,
+    option_dict,
 )
 
 MIN_INSTANCE_BYTES = GB  # less than this per instance caches too few pages to be worth the writes
@@ -198,15 +199,9 @@ def _master(value: str) -> str:
 def storage_request(value: Any, base_dir: str) -> StorageRequest | None:
     """The checked ``sglang_hicache_storage``: None where it leaves the tier off ({} or no backend);
     every key and value checked, each problem naming the key, the value and what it takes."""
-    if value in (None, "", {}):
+    value = option_dict("sglang_hicache_storage", value, tuple(OPTIONS), "no storage tier")
+    if value is None:
         return None
-    if not isinstance(value, Mapping):
-        raise PlanError(f"sglang_hicache_storage={value!r}: must be a dict (its keys: {', '.join(OPTIONS)}), or {{}} "
-                        "for no storage tier")
-    unknown = sorted(set(map(str, value)) - set(OPTIONS))
-    if unknown:
-        raise PlanError(f"sglang_hicache_storage: unknown key(s) {', '.join(unknown)}; the keys are "
-                        f"{', '.join(OPTIONS)}")
     backend = str(value.get("backend") or "")
     if not backend:
         return None
