@@ -76,6 +76,8 @@ def worker_types(deployments: dict[str, Any], router_host: str) -> dict[str, dic
     ``{worker_type, bootstrap_port}``, from each instance's ``pd_role`` and ``bootstrap_port`` in its
     deployment.json); empty for a unified deployment."""
     out: dict[str, dict[str, Any]] = {}
+    hosts: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+    loopback_prefills: list[str] = []
     for host, manifest in deployments.items():
         if manifest is NOT_READ:
             continue
@@ -84,4 +86,19 @@ def worker_types(deployments: dict[str, Any], router_host: str) -> dict[str, dic
             url = worker_url(inst, host, router_host) if role else None
             if url and inst.get("rank0") is not False and node_rank(inst) == 0:
                 out[url] = {"worker_type": str(role), "bootstrap_port": inst.get("bootstrap_port")}
+                hosts[str(role)].add(host)
+                if role == "prefill" and _loopback(url):
+                    loopback_prefills.append(f"{inst.get('name')} of {host}")
+    # the router gives a decode the prefill URL's host as bootstrap_host: a decode on another host
+    # than a prefill registered at loopback would ask its own loopback
+    if loopback_prefills and hosts["decode"] - hosts["prefill"]:
+        raise RouterError(f"prefill instance(s) {', '.join(loopback_prefills)} are registered at a loopback URL, which "
+                          f"the decode instances of {', '.join(sorted(hosts['decode'] - hosts['prefill']))} cannot "
+                          "reach for their KV (the router sends that host as bootstrap_host): bind the prefill hosts "
+                          "to an address the decode hosts reach (sglang_host_address), or run the router elsewhere")
     return out
+
+
+def _loopback(url: str) -> bool:
+    host = url.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return host.startswith("127.") or host in ("localhost", "::1")

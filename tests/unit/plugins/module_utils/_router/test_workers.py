@@ -457,3 +457,25 @@ def test_module_ready_waits_for_readiness_only_with_a_worker_and_fails_with_the_
         assert _ansible({"router_url": stub.url})["_status"] == "SUCCESS"
     finally:
         stub.close()
+
+
+def test_worker_types_give_each_pd_instance_its_side_and_refuse_a_prefill_a_remote_decode_cannot_reach() -> None:
+    """sglang_pd: a prefill goes to the router with its bootstrap port, a decode with its side; the
+    router sends a decode the prefill URL's host as bootstrap_host, so a prefill registered at
+    loopback (the router on its host) with a decode elsewhere is refused, naming the fix."""
+    def pd(inst: dict[str, Any], role: str, port: int | None = None) -> dict[str, Any]:
+        return dict(inst, pd_role=role, bootstrap_port=port)
+
+    fleet = {"node-01": {"instances": [pd(_instance("gpu0", 30000, "http://10.0.0.11:30000"), "prefill", 8998)]},
+             "node-02": {"instances": [pd(_instance("gpu0", 30000, "http://10.0.0.12:30000"), "decode"),
+                                       _instance("gpu1", 30001, "http://10.0.0.12:30001")]}}
+    assert _routing.worker_types(fleet, "router-01") == {
+        "http://10.0.0.11:30000": {"worker_type": "prefill", "bootstrap_port": 8998},
+        "http://10.0.0.12:30000": {"worker_type": "decode", "bootstrap_port": None}}  # gpu1: unified, not listed
+    with pytest.raises(r.RouterError, match=r"prefill instance\(s\) gpu0 of node-01 are registered at a loopback URL, "
+                                            r"which the decode instances of node-02 cannot reach .*\(sglang_host_address\)"):
+        _routing.worker_types(fleet, "node-01")  # the router on the prefill's host: loopback
+    one_host = {"node-01": {"instances": [pd(_instance("gpu0", 30000, None), "prefill", 8998),
+                                          pd(_instance("gpu1", 30001, None), "decode")]}}
+    assert set(_routing.worker_types(one_host, "node-01")) == {"http://127.0.0.1:30000", "http://127.0.0.1:30001"}
+    assert _routing.worker_types({"node-01": {"instances": [_instance("gpu0", 30000, None)]}}, "node-01") == {}
