@@ -180,6 +180,28 @@ def render_server_metrics_table(sweep: dict[str, Any]) -> tuple[str, list[str]] 
     return "\n".join(lines), notes
 
 
+PD_HEADER: tuple[str, ...] = ("C", "output tok/s", "prefill KV waiting max", "decode waiting for KV max",
+                              "bootstrap failed", "transfer failed")
+
+
+def render_pd_table(sweep: dict[str, Any]) -> str | None:
+    """"Prefill and decode during each level": a PD instance's side of the level (its /metrics):
+    the prefill's computed KV not yet fetched, the decode's requests waiting for their KV, and the
+    failures to bootstrap or transfer. None when no level is on a PD instance."""
+    points = [p for p in points_of(sweep) if isinstance(p.get("server_metrics"), dict)
+              and p["server_metrics"].get("pd_bootstrap_failed") is not None]
+    if not points:
+        return None
+    lines = [md_row(level_header(PD_HEADER, points)), md_row(["---"] * len(PD_HEADER))]
+    for point in points:
+        m = point["server_metrics"]
+        lines.append(md_row([level_cell(point) + (f" {ERROR_MARK}" if has_failed(point) else ""),
+                             fmt(point.get("output_tok_s")), fmt_count(m.get("pd_prefill_inflight_max")),
+                             fmt_count(m.get("pd_decode_transfer_max")), fmt_count(m.get("pd_bootstrap_failed")),
+                             fmt_count(m.get("pd_transfer_failed"))]))
+    return "\n".join(lines)
+
+
 def render_notes(sweep: dict[str, Any]) -> list[str]:
     """Lines under the findings: failed requests, level warm-up, drift, and what ``n/m``
     stands for."""
@@ -338,6 +360,11 @@ def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
         parts.append(during[0])
         if during[1]:
             parts.append("Not shown: " + " ".join(during[1]))
+    pd = render_pd_table(sweep)
+    if pd is not None:
+        parts.append("Prefill and decode during each level (this PD instance's /metrics: KV computed and "
+                     "not yet fetched, requests waiting for their KV, sampled max; failures over the level):")
+        parts.append(pd)
     work = workload_line(sweep)
     cache = render_cache_table(sweep)
     if work is not None:

@@ -32,6 +32,8 @@ SAMPLED_GAUGES: dict[str, str] = {
     "hicache_host_used_tokens": "hicache_host_used_tokens",
     "spec_accept_length_gauge": "spec_accept_length",
     "spec_accept_rate_gauge": "spec_accept_rate",
+    "pd_prefill_inflight": "num_prefill_inflight_queue_reqs",
+    "pd_decode_transfer": "num_decode_transfer_queue_reqs",
 }
 NOT_REPORTED = "not reported by this release"
 SPEC_OFF = "speculative decoding off"
@@ -44,6 +46,7 @@ FIELDS: tuple[str, ...] = (
     "token_usage_max", "spec_accept_length", "spec_accept_rate", "cache_hit_rate",
     "cache_hit_rate_device", "cache_hit_rate_host", "cache_hit_rate_storage", "storage_prefetched_tokens",
     "storage_backuped_tokens", "hicache_host_usage_max", "retracted_max",
+    "pd_prefill_inflight_max", "pd_decode_transfer_max", "pd_bootstrap_failed", "pd_transfer_failed",
 )
 
 Scrape = dict[str, Any]
@@ -224,6 +227,20 @@ def _storage(before: Scrape, after: Scrape, notes: dict[str, str]) -> dict[str, 
     return out
 
 
+def _pd(before: Scrape, after: Scrape, samples: GaugeSamples) -> dict[str, Any]:
+    """Prefill/decode disaggregation over the level: the prefill's requests whose KV waits to be
+    fetched and the decode's requests waiting for their KV (sampled maxima), bootstrap and transfer
+    failures (counter differences). Null on a unified server, which declares neither failure counter
+    (its PD queue gauges read 0: no note)."""
+    if not present(after, "num_bootstrap_failed_reqs_total"):
+        return dict.fromkeys(("pd_prefill_inflight_max", "pd_decode_transfer_max", "pd_bootstrap_failed",
+                              "pd_transfer_failed"))
+    return {"pd_prefill_inflight_max": _rnd(samples.max("pd_prefill_inflight"), 0),
+            "pd_decode_transfer_max": _rnd(samples.max("pd_decode_transfer"), 0),
+            "pd_bootstrap_failed": _rnd(_delta(before, after, "num_bootstrap_failed_reqs_total"), 0),
+            "pd_transfer_failed": _rnd(_delta(before, after, "num_transfer_failed_reqs_total"), 0)}
+
+
 def level_metrics(before: Scrape | None, after: Scrape | None, samples: GaugeSamples) -> dict[str, Any] | None:
     """A point's ``server_metrics`` from the scrapes around the level and the samples taken
     during it; None without both scrapes (no /metrics)."""
@@ -246,6 +263,7 @@ def level_metrics(before: Scrape | None, after: Scrape | None, samples: GaugeSam
     if out["hicache_host_usage_max"] is None:
         notes["hicache_host_usage_max"] = ("HiCache off (no host pool)" if not present(after, "hicache_host_total_tokens")
                                            else NO_SAMPLES)
+    out.update(_pd(before, after, samples))
     out["retracted_max"] = _rnd(samples.max("retracted"), 0)
     if out["retracted_max"] is None:
         notes["retracted_max"] = NOT_REPORTED if not present(after, "num_retracted_reqs") else NO_SAMPLES

@@ -282,3 +282,27 @@ def test_a_storage_counter_the_server_never_declared_is_zero_not_a_restart() -> 
     assert out["storage_prefetched_tokens"] == 0 and out["cache_hit_rate_storage"] == 0.0
     assert out["storage_backuped_tokens"] == 85184 - 43520
     assert not any(key.startswith("storage") or key == "cache_hit_rate_storage" for key in out["notes"])
+
+
+def test_a_pd_instances_side_of_the_level_and_none_on_a_unified_server() -> None:
+    """Prefill/decode disaggregation: the decode's requests waiting for their KV (sampled max) and
+    the failures over the level (counters); a unified server serves the PD queue gauges at 0 and no
+    failure counter: null, no note."""
+    def scrape(failed: int, waiting: int) -> str:
+        return ("# TYPE sglang:num_decode_transfer_queue_reqs gauge\n"
+                f"sglang:num_decode_transfer_queue_reqs{{engine_type=\"unified\"}} {waiting}.0\n"
+                "# TYPE sglang:num_bootstrap_failed_reqs_total counter\n"
+                f"sglang:num_bootstrap_failed_reqs_total {failed}.0\n"
+                "# TYPE sglang:num_transfer_failed_reqs_total counter\nsglang:num_transfer_failed_reqs_total 0.0\n")
+    samples = sm.GaugeSamples()
+    for waiting in (0, 3, 1):
+        samples.add(sm.parse(scrape(2, waiting)))
+    out = sm.level_metrics(sm.parse(scrape(2, 0)), sm.parse(scrape(5, 0)), samples)
+    assert out is not None
+    assert (out["pd_decode_transfer_max"], out["pd_bootstrap_failed"], out["pd_transfer_failed"]) == (3, 3, 0)
+    assert out["pd_prefill_inflight_max"] is None  # a decode instance does not serve the prefill's gauge
+    unified = sm.parse(_text("dense"))
+    plain = sm.level_metrics(unified, unified, sm.GaugeSamples())
+    assert plain is not None and all(plain[k] is None for k in ("pd_prefill_inflight_max", "pd_decode_transfer_max",
+                                                               "pd_bootstrap_failed", "pd_transfer_failed"))
+    assert not any(k.startswith("pd_") for k in plain["notes"])
