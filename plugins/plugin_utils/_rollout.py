@@ -83,18 +83,52 @@ def rollout_batches(plan: Mapping[str, Any], restart: Sequence[str], running: Se
     if fresh:
         groups = [fresh] if policy == "parallel" else [[n] for n in fresh]
         batches += [batch(g, False) for g in groups]
-    chunks = _chunks(replace, size)
+    chunks = _pd_chunks(replace, by_name, size, warnings) if _sides(instances) else _chunks(replace, size)
     if canary > 0 and replace and not canary_alone:
         warnings.append(f"sglang_rollout_canary={canary}: no canary, this host is not alone in its batch of hosts "
                         "(deploy.yml's serial puts it alone only when sglang_rollout_canary is an extra var: "
                         "-e sglang_rollout_canary=N)")
         canary = 0
-    if canary > 0 and replace:
+    if canary > 0 and replace and _sides(instances):  # a PD host's canary stays on one side
+        first = min(int(canary), len(chunks[0]))
+        chunks = [chunks[0][:first], chunks[0][first:], *chunks[1:]]
+    elif canary > 0 and replace:
         first = min(int(canary), size)
         chunks = [replace[:first]] + _chunks(replace[first:], size)
     batches += [batch(g, True, canary_s if (canary > 0 and i == 0) else guard_s, canary > 0 and i == 0)
                 for i, g in enumerate(g for g in chunks if g)]
     return batches, warnings
+
+
+def _sides(instances: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """A PD host's instances by side (sglang_pd: each instance's ``pd_role``); empty when unified."""
+    sides: dict[str, list[str]] = {}
+    for inst in instances:
+        if inst.get("pd_role"):
+            sides.setdefault(str(inst["pd_role"]), []).append(str(inst["name"]))
+    return sides
+
+
+def _pd_chunks(replace: list[str], by_name: Mapping[str, Mapping[str, Any]], size: int,
+               warnings: list[str]) -> list[list[str]]:
+    """The batches of a PD host's replaced instances: one side at a time (each drained as a side),
+    decodes first, never every instance of a side this host has more than one of, so the router
+    keeps a prefill and a decode of this host while the other is replaced. A side with a single
+    instance here is out of the router during its restart: a warning names it (another host's
+    instance of that side keeps the pair)."""
+    sides = _sides(list(by_name.values()))
+    chunks: list[list[str]] = []
+    for side in ("decode", "prefill"):
+        mine = [n for n in replace if n in sides.get(side, [])]
+        if not mine:
+            continue
+        have = len(sides[side])
+        if have == 1:
+            warnings.append(f"{mine[0]} is this host's only {side} instance: while it is replaced the router keeps a "
+                            f"prefill/decode pair only through another host's {side} instance")
+        chunks += _chunks(mine, min(size, have - 1) if have > 1 else 1)
+    unified = [n for n in replace if not by_name[n].get("pd_role")]
+    return chunks + _chunks(unified, size)
 
 
 # --------------------------------------------------------------------------------------------

@@ -158,3 +158,29 @@ def test_the_percentage_offered_puts_at_most_the_largest_batch_in_one() -> None:
     for hosts in (1, 3, 7, 10, 99, 500):
         for size in range(1, hosts + 1, max(1, hosts // 7)):
             assert hosts_per_batch(f"{batch_percent(size, hosts)}%", hosts) <= size
+
+
+def test_a_pd_hosts_replacements_go_one_side_at_a_time_and_keep_a_pair() -> None:
+    """sglang_pd: behind the router a PD host replaces its decodes, then its prefills, never every
+    instance of a side it has more than one of (the router keeps a pair from this host), each batch
+    one side (drained as a side); a side with one instance here is named: only another host's
+    instance of that side keeps the pair while it restarts."""
+    roles = ["prefill", "prefill", "decode", "decode", "decode"]
+    plan = {"instances": [{"name": f"gpu{i}", "pd_role": role} for i, role in enumerate(roles)]}
+    running = [f"gpu{i}" for i in range(5)]
+    batches, warnings = rollout_batches(plan, running, running, routed=True, at_once=4)
+    assert _names(batches) == [(["gpu2", "gpu3"], ["gpu2", "gpu3"], True), (["gpu4"], ["gpu4"], True),
+                               (["gpu0"], ["gpu0"], True), (["gpu1"], ["gpu1"], True)]
+    assert warnings == []
+    # the canary: the first decode alone
+    batches, _ = rollout_batches(plan, running, running, routed=True, at_once=4, canary=1, canary_s=60)
+    assert [(b["canary"], [i["name"] for i in b["instances"]]) for b in batches][:2] == [(True, ["gpu2"]),
+                                                                                         (False, ["gpu3"])]
+    split = {"instances": [{"name": "gpu0", "pd_role": "prefill"}, {"name": "gpu1", "pd_role": "decode"}]}
+    batches, warnings = rollout_batches(split, ["gpu0", "gpu1"], ["gpu0", "gpu1"], routed=True, at_once=1)
+    assert _names(batches) == [(["gpu1"], ["gpu1"], True), (["gpu0"], ["gpu0"], True)]
+    assert warnings == [
+        "gpu1 is this host's only decode instance: while it is replaced the router keeps a prefill/decode pair "
+        "only through another host's decode instance",
+        "gpu0 is this host's only prefill instance: while it is replaced the router keeps a prefill/decode pair "
+        "only through another host's prefill instance"]
