@@ -434,9 +434,9 @@ def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) ->
         assert listed == {urls["gpu0"]: ("prefill", boot), urls["gpu1"]: ("decode", None)}, listed
         assert http(router_url(dep) + "/readiness")[0] == 200  # a prefill and a decode: paired
 
-        answers = [http(router_url(dep) + "/generate", {"text": f"request {i} " + "shared prompt " * 60,
-                                                         "sampling_params": {"max_new_tokens": 8}})
-                   for i in range(12)]
+        bodies = [{"text": f"request {i} " + "shared prompt " * 60, "sampling_params": {"max_new_tokens": 8}}
+                  for i in range(12)]
+        answers = [http(router_url(dep) + "/generate", body) for body in bodies]
         assert [s for s, _ in answers] == [200] * 12, answers
         assert all(body["meta_info"]["completion_tokens"] == 8 for _, body in answers)  # the decode's answer
         chat_status, chat = http(router_url(dep) + "/v1/chat/completions", {

@@ -24,10 +24,10 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
-from aiohttp import web
+if TYPE_CHECKING:  # aiohttp is imported where it is used: the engine's host has it, a module's may not
+    from aiohttp import web
 
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # SGLang's disaggregation/utils.py: health checks and warm-up
 WAIT_TIMEOUT_S = 300.0  # SGLANG_DISAGGREGATION_WAITING_TIMEOUT / _BOOTSTRAP_TIMEOUT: 300 s
@@ -104,6 +104,8 @@ class Disagg:
 
     async def _kv(self, request: web.Request) -> web.StreamResponse:
         """The hand-over: once the room's KV is computed and transferred (or a 404 at the timeout)."""
+        from aiohttp import web
+
         room = int(request.match_info["room"])
         entry = self._room(room)
         loop = asyncio.get_running_loop()
@@ -120,6 +122,8 @@ class Disagg:
         """The prefill side's bootstrap server on ``--host``:``--disaggregation-bootstrap-port``."""
         if self.mode != "prefill":
             return
+        from aiohttp import web
+
         app = web.Application()
 
         async def ok(_: web.Request) -> web.StreamResponse:
@@ -154,6 +158,8 @@ class Disagg:
         return await self._fetch(host, port or self.bootstrap_port, room, max_new)
 
     async def _fetch(self, host: str, port: int, room: int, max_new: int) -> Prepared:
+        import aiohttp
+
         url = f"http://{host}:{port}/llmops/kv/{room}"
         started = time.monotonic()
         self.counters.waiting += 1

@@ -303,6 +303,6 @@ def test_a_pd_instances_side_of_the_level_and_none_on_a_unified_server() -> None
     assert out["pd_prefill_inflight_max"] is None  # a decode instance does not serve the prefill's gauge
     unified = sm.parse(_text("dense"))
     plain = sm.level_metrics(unified, unified, sm.GaugeSamples())
-    assert plain is not None and all(plain[k] is None for k in ("pd_prefill_inflight_max", "pd_decode_transfer_max",
-                                                               "pd_bootstrap_failed", "pd_transfer_failed"))
+    fields = ("pd_prefill_inflight_max", "pd_decode_transfer_max", "pd_bootstrap_failed", "pd_transfer_failed")
+    assert plain is not None and all(plain[k] is None for k in fields)
     assert not any(k.startswith("pd_") for k in plain["notes"])
