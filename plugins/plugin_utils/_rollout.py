@@ -274,3 +274,23 @@ def capacity_floor(*, per_host: int | Sequence[int], hosts: int | None = None, a
             f"sglang_rollout_min_available={min_available!r} ({floor}): set sglang_rollout_batch to at most "
             f"{max_hosts} (or {batch_percent(max_hosts, hosts)}%)")
     return result
+
+
+def pd_pair_check(sides: Mapping[str, Mapping[str, int]], *, at_once: int, batch_hosts: int) -> list[str]:
+    """Whether a PD fleet's rollout keeps a prefill and a decode in the routers: for each side, the
+    ``batch_hosts`` hosts with the most of it out at once (``rollout_batches``: at most ``at_once``
+    of a side, never every instance of one a host has more than one of; a host's single instance
+    of a side is out during its restart) must leave one. ``sides``: host -> {side: instances}.
+    Returns a message per side that would be left with none (empty: the pair holds)."""
+    problems = []
+    for side in ("prefill", "decode"):
+        per_host = [int(c.get(side, 0)) for c in sides.values() if int(c.get(side, 0)) > 0]
+        if not per_host:
+            continue
+        outs = sorted((1 if have == 1 else min(max(1, at_once), have - 1) for have in per_host), reverse=True)
+        if sum(per_host) - sum(outs[:max(1, batch_hosts)]) < 1:
+            problems.append(
+                f"a rollout of {batch_hosts} host(s) at once takes every {side} instance of the fleet "
+                f"({sum(per_host)}, on {len(per_host)} host(s)) out of the routers at once, and requests fail "
+                f"meanwhile: roll fewer hosts at once (sglang_rollout_batch) or run more {side} instances (sglang_pd)")
+    return problems

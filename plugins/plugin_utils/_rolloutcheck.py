@@ -24,6 +24,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import (
     RolloutError,
     capacity_floor,
     count,
+    pd_pair_check,
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollouttime import (
     RolloutShape,
@@ -35,6 +36,15 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._rollouttime import 
 PLAN_VAR = "__sglang_plan"
 # what the check reads of a server host's hostvars
 WANTED = (PLAN_VAR, *DEFAULTS)
+
+
+def pd_sides(plan: Mapping[str, Any]) -> dict[str, int]:
+    """A host plan's PD instances by side (sglang_pd); empty for a unified host."""
+    out: dict[str, int] = {}
+    for inst in plan.get("instances") or []:
+        if inst.get("pd_role") and inst.get("rank0", True):
+            out[str(inst["pd_role"])] = out.get(str(inst["pd_role"]), 0) + 1
+    return out
 
 
 def planned_hosts(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str]) -> list[str]:
@@ -135,6 +145,12 @@ def rollout_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[s
     min_available = var("sglang_rollout_min_available")
     floor = capacity_floor(per_host=list(counts.values()), at_once=at_once, min_available=min_available,
                            batch=batch, canary=canary)
+    sides = {host: pd_sides(hostvars[host][PLAN_VAR]) for host in hosts}
+    # sglang_pd: a prefill and a decode stay in the routers; refused where a floor is asked for,
+    # else said (a one-host split has nothing to keep the pair with)
+    unpaired = pd_pair_check(sides, at_once=at_once, batch_hosts=floor["requested_hosts"]) if any(sides.values()) else []
+    if unpaired and floor["floor"]:
+        raise RolloutError(f"sglang_rollout_min_available={min_available!r}: " + "; ".join(unpaired))
     costs, costs_set = estimate_costs(var("sglang_rollout_estimate"))
     measured = measured_load(hostvars, hosts)
     if "load_s" in costs_set:
@@ -161,6 +177,7 @@ def rollout_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[s
                      f"{floor['instances']} instances, holds (at most {floor['max_hosts']} host(s) per batch)")
     else:
         lines.append("  capacity floor: none (sglang_rollout_min_available unset)")
+    lines += [f"  prefill/decode: {line}" for line in unpaired]
     return {"hosts": hosts, "instances": counts, "batch": batch, "at_once": at_once, "floor": floor,
             "load": {"load_s": load_s, "source": load_said, "measured": measured}, "costs": costs,
             "estimate": result, "lines": lines}

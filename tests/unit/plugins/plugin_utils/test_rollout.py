@@ -184,3 +184,18 @@ def test_a_pd_hosts_replacements_go_one_side_at_a_time_and_keep_a_pair() -> None
         "only through another host's decode instance",
         "gpu0 is this host's only prefill instance: while it is replaced the router keeps a prefill/decode pair "
         "only through another host's prefill instance"]
+
+
+def test_a_pd_fleet_keeps_a_prefill_and_a_decode_in_the_routers_or_says_it_cannot() -> None:
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import pd_pair_check
+
+    two = {"node-1": {"prefill": 1, "decode": 1}, "node-2": {"prefill": 1, "decode": 1}}
+    assert pd_pair_check(two, at_once=1, batch_hosts=1) == []  # one host at a time: the other keeps the pair
+    both = pd_pair_check(two, at_once=1, batch_hosts=2)
+    heads = [m.split(" instance")[0] for m in both]
+    assert heads == ["a rollout of 2 host(s) at once takes every prefill", "a rollout of 2 host(s) at once takes every decode"]
+    assert "roll fewer hosts at once (sglang_rollout_batch) or run more prefill instances (sglang_pd)" in both[0]
+    # one host with two of each: its batches never take both of a side
+    assert pd_pair_check({"node-1": {"prefill": 2, "decode": 2}}, at_once=4, batch_hosts=1) == []
+    # a one-host split has nothing to keep the pair with
+    assert len(pd_pair_check({"node-1": {"prefill": 1, "decode": 1}}, at_once=1, batch_hosts=1)) == 2

@@ -124,3 +124,23 @@ def test_bad_estimate_variable_refused_naming_the_key() -> None:
         estimate_costs([1, 2])
     with pytest.raises(RolloutError, match="sglang_rollout_canary_seconds='ten' is not a count"):
         rollout_check(fleet(2, sglang_rollout_canary_seconds="ten"), SERVERS, extra_vars={})
+
+
+def test_a_pd_fleet_rolled_all_at_once_is_refused_under_a_floor_and_said_without_one() -> None:
+    """sglang_pd: two hosts, each a prefill and a decode. One at a time keeps a pair; both at once
+    would take every prefill and every decode out of the routers: refused where
+    sglang_rollout_min_available asks for a floor, a line of the estimate otherwise."""
+    def pd_fleet(**first_vars: object) -> dict[str, dict]:
+        pair = [{"name": "gpu0", "rank0": True, "pd_role": "prefill"}, {"name": "gpu1", "rank0": True, "pd_role": "decode"}]
+        hosts = {f"s{i}": {"__sglang_plan": {"instances": pair, "previous": {}}} for i in range(2)}
+        hosts["s0"].update(first_vars)
+        return hosts
+
+    one = rollout_check(pd_fleet(sglang_rollout_min_available=1), SERVERS, extra_vars={"sglang_rollout_batch": 1})
+    assert not any("prefill/decode" in line for line in one["lines"])
+    with pytest.raises(RolloutError, match=r"sglang_rollout_min_available=1: a rollout of 2 host\(s\) at once takes "
+                                           r"every prefill instance of the fleet \(2, on 2 host\(s\)\)"):
+        rollout_check(pd_fleet(sglang_rollout_min_available=1), SERVERS, extra_vars={"sglang_rollout_batch": 2})
+    said = rollout_check(pd_fleet(), SERVERS, extra_vars={"sglang_rollout_batch": 2})
+    assert [line.split(" at once")[0] for line in said["lines"] if "prefill/decode" in line] == [
+        "  prefill/decode: a rollout of 2 host(s)", "  prefill/decode: a rollout of 2 host(s)"]
