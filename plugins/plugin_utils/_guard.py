@@ -233,6 +233,9 @@ def instance_window(start: Scrape | str | None, end: Scrape | str, seconds: floa
         "generation_tokens": delta("generation_tokens_total"),
         "spec": spec,
         "verify_calls": delta("spec_verify_calls_total") if spec else 0.0,
+        # prefill/decode disaggregation: requests that failed to bootstrap or transfer their KV
+        "pd": sm.present(end, "num_bootstrap_failed_reqs_total"),
+        "pd_failed": delta("num_bootstrap_failed_reqs_total") + delta("num_transfer_failed_reqs_total"),
         "running_mean": running,
         "histograms": {key: window_histogram(base, end, name) for key, name in HISTOGRAMS.items()},
         "e2e": window_histogram(base, end, E2E),
@@ -265,6 +268,9 @@ def side(windows: Sequence[Mapping[str, Any]], limits: GuardThresholds) -> dict[
     out["request_seconds"] = e2e.sum
     out["throughput_per_running"] = out["generation_tokens"] / e2e.sum if e2e.total > 0 and e2e.sum > 0 else None
     out["throughput_rse"] = relative_standard_error(e2e)
+    out["pd"] = bool(windows) and all(w.get("pd") for w in windows)
+    pd_failed = sum(w.get("pd_failed", 0.0) for w in windows)
+    out["pd_failures"] = {"errors": pd_failed, "requests": requests, "error_rate": pd_failed / requests if requests else None}
     out["spec"] = bool(windows) and all(w["spec"] for w in windows)
     out["accept_length"] = (out["generation_tokens"] / out["verify_calls"]
                             if out["spec"] and out["verify_calls"] > 0 else None)
@@ -441,6 +447,14 @@ def check_throughput(can: Mapping[str, Any], base: Mapping[str, Any], limits: Gu
                   round(c, 4), round(b, 4), limit, why)
 
 
+def check_pd(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds) -> dict[str, Any] | None:
+    """Prefill/decode disaggregation's failures (bootstrap and KV transfer) as error_rate's test;
+    only when both sides are PD instances."""
+    if not (can.get("pd") and base.get("pd")):
+        return None
+    return check_errors(can["pd_failures"], base["pd_failures"], limits, "pd_failure_rate")
+
+
 def _normal_cdf(z: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
@@ -510,6 +524,12 @@ CHECKS: tuple[GuardCheck, ...] = (
         "sampled `num_running_reqs`, mostly 0 at light load: 2,687 tok/s per running request beside an ITL allowing "
         "about 60, and a good canary failed on it",
         lambda can, base, limits: [check_throughput(can, base, limits)]),
+    GuardCheck(
+        "`pd_failure_rate` (only when both sides are prefill/decode instances: `sglang_pd`)",
+        "delta `sglang:num_bootstrap_failed_reqs_total` + delta `sglang:num_transfer_failed_reqs_total` out of the "
+        "requests: a prefill that cannot be reached, a KV transfer that failed",
+        "the same test as `error_rate`",
+        lambda can, base, limits: [c for c in [check_pd(can, base, limits)] if c is not None]),
     GuardCheck(
         "`spec_accept_length` (only when both sides speculate)",
         "delta `sglang:generation_tokens_total` / delta `sglang:spec_verify_calls_total`",

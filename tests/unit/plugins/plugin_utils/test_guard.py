@@ -351,6 +351,7 @@ def test_every_check_a_verdict_lists_is_a_row_of_the_checks_table() -> None:
     """The verdict's checks, in order, are CHECKS' rows (the table docs/fleet.md is written from),
     the router's only with the router's outcomes; every threshold key has its row."""
     w = g.instance_window(text("hybrid-after-sweep-real"), text("hybrid-after-sweep-warm"), 120.0, running_mean=8)
+    w = dict(w, pd=True, pd_failed=0.0)  # as a PD instance's window: every row is listed
     router = {"canary": {"requests": 100, "errors": 0, "error_rate": 0.0},
               "baseline": {"requests": 100, "errors": 0, "error_rate": 0.0}}
     names = [c["check"] for c in g.decide([w], [w], router=router)["checks"]]
@@ -360,3 +361,23 @@ def test_every_check_a_verdict_lists_is_a_row_of_the_checks_table() -> None:
     assert {next(i for i, row in enumerate(rows) if f"`{name}`" in row) for name in names} == set(range(len(rows)))
     assert "router_error_rate" not in [c["check"] for c in g.decide([w], [w])["checks"]]
     assert set(g.DEFAULTS) == set(g.THRESHOLDS) and g.thresholds() == g.DEFAULTS
+
+
+def test_a_pd_canary_whose_requests_fail_to_bootstrap_fails_the_guard() -> None:
+    """sglang_pd: the canary's bootstrap and transfer failures (sglang:num_bootstrap_failed_reqs_total,
+    num_transfer_failed_reqs_total) against the baseline's, as error_rate's test; a unified side has
+    no such check."""
+    def scrape(requests: int, failed: int) -> str:
+        return ("# TYPE sglang:num_requests_total counter\n"
+                f"sglang:num_requests_total{{is_streaming=\"false\"}} {requests}.0\n"
+                "# TYPE sglang:num_bootstrap_failed_reqs_total counter\n"
+                f"sglang:num_bootstrap_failed_reqs_total {failed}.0\n"
+                "# TYPE sglang:num_transfer_failed_reqs_total counter\nsglang:num_transfer_failed_reqs_total 0.0\n")
+    canary = g.instance_window(scrape(0, 0), scrape(200, 40), 120.0, running_mean=4)
+    baseline = g.instance_window(scrape(0, 0), scrape(200, 0), 120.0, running_mean=4)
+    verdict = g.decide([canary], [baseline])
+    (pd,) = [c for c in verdict["checks"] if c["check"] == "pd_failure_rate"]
+    assert pd["verdict"] == g.FAIL and pd["canary"] == 0.2 and pd["baseline"] == 0.0
+    assert verdict["decision"] == g.FAIL and "pd_failure_rate" in verdict["reason"]
+    unified = g.instance_window(text("hybrid-after-sweep-real"), text("hybrid-after-sweep-warm"), 120.0, running_mean=8)
+    assert "pd_failure_rate" not in [c["check"] for c in g.decide([unified], [unified])["checks"]]
