@@ -40,13 +40,16 @@ def _get(url: str) -> tuple[int, str]:
 
 
 @pytest.fixture(name="master")
-def fixture_master() -> Any:
-    """The stand-in run as the role runs it: ``python -m ..._engine.kvstore`` with the real flags."""
+def fixture_master(request: pytest.FixtureRequest) -> Any:
+    """The stand-in run as the role runs it: ``python -m ..._engine.kvstore`` with the real flags;
+    the real master's client_ttl (10 s) unless a test asks for another (``@pytest.mark.parametrize``
+    of ``master`` with ``indirect=True``)."""
+    ttl = getattr(request, "param", 10)
     rpc, metrics = _free_port(), _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ansible_collections.llmops.sglang.plugins.module_utils._engine.kvstore",
          f"--rpc_port={rpc}", "--rpc_address=127.0.0.1", f"--metrics_port={metrics}", "--metrics_host", "127.0.0.1",
-         "--client_ttl=1"],
+         f"--client_ttl={ttl}"],
         cwd=ROOT / "collections", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 30
     while True:
@@ -129,16 +132,22 @@ def test_a_page_one_client_put_is_found_by_another_and_the_tag_keeps_layouts_apa
     assert _metrics(master)["master_active_clients"] == 2
 
 
+@pytest.mark.parametrize("master", [3], indirect=True)  # client_ttl 3 s, clients pinging every 0.2 s
 def test_a_client_that_stops_pinging_loses_its_segment_and_a_master_out_of_reach_is_a_failed_setup(
-        master: dict[str, str]) -> None:
+        master: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._engine import storeclient
+
+    monkeypatch.setattr(storeclient, "PING_S", 0.2)  # well inside the TTL however busy the machine
     ids = [f"t{i}" for i in range(640)]
     gone, stays = _client(master), _client(master, global_segment_size=1)
     gone.backup(ids, 640)  # into its own segment (the other has no room)
-    gone._stop.set()  # no heartbeat any more: the master unmounts it after client_ttl (1 s)
-    deadline = time.monotonic() + 20
+    gone._stop.set()  # no heartbeat any more: the master unmounts it after client_ttl (3 s)
+    deadline = time.monotonic() + 60
     while _metrics(master)["master_active_clients"] > 1 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _metrics(master)["master_key_count"] == 0 and stays.lookup(ids, 0, 640) == 0
+    seen = _metrics(master)
+    assert seen["master_active_clients"] == 1 and seen["master_key_count"] == 0  # the other one stayed
+    assert stays.lookup(ids, 0, 640) == 0
     with pytest.raises(StoreError, match="Failed to setup Mooncake store"):
         StoreClient({"master_server_address": f"127.0.0.1:{_free_port()}"}, "m", 64, 1)
     with pytest.raises(StoreError, match="master_server_address or client_server_address is required"):
