@@ -5,9 +5,11 @@ its ``deployment_hosts`` and ``deployments`` with it). Pure functions over the s
 the URL form is module_utils/_router/workers.py's (``normalize_url``)."""
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._router.workers import RouterError, normalize_url
+from ansible_collections.llmops.sglang.plugins.module_utils._server.layout import is_loopback
 
 
 def node_rank(instance: dict[str, Any]) -> int:
@@ -87,7 +89,7 @@ def worker_types(deployments: dict[str, Any], router_host: str) -> dict[str, dic
             if url and inst.get("rank0") is not False and node_rank(inst) == 0:
                 out[url] = {"worker_type": str(role), "bootstrap_port": inst.get("bootstrap_port")}
                 hosts[str(role)].add(host)
-                if role == "prefill" and _loopback(url):
+                if role == "prefill" and is_loopback(urllib.parse.urlsplit(url).hostname or ""):
                     loopback_prefills.append(f"{inst.get('name')} of {host}")
     # the router gives a decode the prefill URL's host as bootstrap_host: a decode on another host
     # than a prefill registered at loopback would ask its own loopback
@@ -97,8 +99,3 @@ def worker_types(deployments: dict[str, Any], router_host: str) -> dict[str, dic
                           "reach for their KV (the router sends that host as bootstrap_host): bind the prefill hosts "
                           "to an address the decode hosts reach (sglang_host_address), or run the router elsewhere")
     return out
-
-
-def _loopback(url: str) -> bool:
-    host = url.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-    return host.startswith("127.") or host in ("localhost", "::1")

@@ -206,11 +206,18 @@ def advertise_url(bind: str | None, port: int, host_address: str | None) -> str 
     only: no other host can reach it."""
     if is_wildcard(bind):
         return f"http://{url_host(host_address)}:{int(port)}" if host_address else None
-    if str(bind) == "localhost":
+    if is_loopback(str(bind)):
         return None
-    try:
-        if ipaddress.ip_address(str(bind).strip("[]")).is_loopback:
-            return None
-    except ValueError:
-        pass  # a host name: reachable as such
     return f"http://{url_host(str(bind))}:{int(port)}"
+
+
+def is_loopback(address: str) -> bool:
+    """Whether an address (or a URL's host) is loopback: ``localhost`` or a loopback IP; a host
+    name is taken as reachable from other hosts."""
+    bare = address.strip("[]")
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._server.layout import is_loopback
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import (
     GB,
     GIB,
@@ -441,13 +442,6 @@ def _flags(request: StorageRequest, extra_config: Mapping[str, Any]) -> list[str
     return flags
 
 
-LOOPBACK_PREFIXES = ("127.", "localhost", "::1", "[::1]")
-
-
-def _loopback(address: str) -> bool:
-    return address.startswith(LOOPBACK_PREFIXES)
-
-
 def lent_bytes(request: StorageRequest | None, traits: Mapping[str, Any], instances: int, tp_size: int) -> int:
     """Host RAM the storage tier takes on a host of ``instances`` instances of ``tp_size`` ranks:
     mooncake's global segments (each instance's, split over its ranks) and each rank's local
@@ -469,7 +463,7 @@ def mooncake_plan(request: StorageRequest, *, instances: Sequence[StorageInstanc
     local = not request.master
     master = request.master or f"{host_address}:{request.master_port}"
     master_host = master.rpartition(":")[0]
-    if not local and _loopback(host_address) and not _loopback(master_host):
+    if not local and is_loopback(host_address) and not is_loopback(master_host):
         raise PlanError(f"sglang_hicache_storage.master={master!r} is on another host, which reaches this host's "
                         f"segment at local_hostname {host_address!r}, a loopback address: set sglang_host_address to "
                         "an address the master's host reaches, or run the master here (empty master)")

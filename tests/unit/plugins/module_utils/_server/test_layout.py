@@ -134,3 +134,10 @@ def test_a_live_instance_folder_the_manifest_does_not_list_is_part_of_the_deploy
     (tmp_path / "deployment.json").unlink()
     rebuilt = _manifest.load(str(tmp_path), running=["gpu1"])
     assert rebuilt["state"] == "missing" and rebuilt["unlisted"] == []
+
+
+def test_is_loopback_is_the_one_loopback_rule() -> None:
+    from ansible_collections.llmops.sglang.plugins.module_utils._server.layout import is_loopback
+
+    assert all(is_loopback(a) for a in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"))
+    assert not any(is_loopback(a) for a in ("10.0.0.5", "0.0.0.0", "gpu-node-01", "[2001:db8::1]", ""))
