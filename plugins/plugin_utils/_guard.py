@@ -42,6 +42,8 @@ HISTOGRAMS = {"ttft": "time_to_first_token_seconds", "itl": "inter_token_latency
 # the request-seconds of a window (the sum of the finished requests' latencies): the denominator of
 # throughput_per_running, taken from the latencies themselves so that it cannot contradict them
 E2E = "e2e_request_latency_seconds"
+# prefill/decode disaggregation: each request's KV hand-over, observed on the prefill side (ms; compared in s)
+KV_TRANSFER = "kv_transfer_latency_ms"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "itl_slack_s": Threshold(0.002, "the same for ITL (its first bucket is 2 ms)"),
     "min_throughput_ratio": Threshold(0.67, "canary tokens per request-second below 0.67x the baseline, and significant "
                                             "(p < `error_alpha`), fails (catches half the decode speed)"),
+    "max_kv_transfer_ratio": Threshold(1.5, "prefill/decode: canary KV transfer latency above 1.5x the baseline fails "
+                                            "(a transfer backend, network or page change that slows every hand-over)"),
+    "kv_transfer_slack_s": Threshold(0.005, "absolute slack added to the KV transfer limit (its first bucket is 1 ms)"),
     "max_accept_length_drop": Threshold(0.2, "speculative accept length more than 20 % below the baseline fails (a draft "
                                              "model or step change that stops paying)"),
 }
@@ -145,6 +150,11 @@ def _cumulative(scrape: Scrape, name: str) -> dict[float, float]:
         if not math.isnan(le) and not math.isnan(value):
             out[le] = out.get(le, 0.0) + value  # is_streaming series summed
     return out
+
+
+def _scaled(hist: Histogram, factor: float) -> Histogram:
+    """The same histogram in another unit (bounds and sum times ``factor``)."""
+    return Histogram([b * factor for b in hist.bounds], list(hist.counts), hist.total, hist.sum * factor)
 
 
 def window_histogram(start: Scrape | None, end: Scrape, name: str) -> Histogram:
@@ -238,6 +248,7 @@ def instance_window(start: Scrape | str | None, end: Scrape | str, seconds: floa
         "pd_failed": delta("num_bootstrap_failed_reqs_total") + delta("num_transfer_failed_reqs_total"),
         "running_mean": running,
         "histograms": {key: window_histogram(base, end, name) for key, name in HISTOGRAMS.items()},
+        "kv_transfer": _scaled(window_histogram(base, end, KV_TRANSFER), 0.001),
         "e2e": window_histogram(base, end, E2E),
     }
 
@@ -275,13 +286,19 @@ def side(windows: Sequence[Mapping[str, Any]], limits: GuardThresholds) -> dict[
     out["accept_length"] = (out["generation_tokens"] / out["verify_calls"]
                             if out["spec"] and out["verify_calls"] > 0 else None)
     for key in HISTOGRAMS:
-        hist = Histogram()
-        for w in windows:
-            hist.add(w["histograms"][key])
-        out[key] = {"count": hist.total, "mean": hist.sum / hist.total if hist.total > 0 else None,
-                    "first_bound": hist.bounds[0] if hist.bounds else None, "bounds": hist.bounds,
-                    "quantiles": {str(q): _q(hist, q) for q in limits["latency_quantiles"]}}
+        out[key] = _latency([w["histograms"][key] for w in windows], limits)
+    out["kv_transfer"] = _latency([w["kv_transfer"] for w in windows if w.get("kv_transfer")], limits)
     return out
+
+
+def _latency(hists: Iterable[Histogram], limits: GuardThresholds) -> dict[str, Any]:
+    """A side's latency histogram (its instances' summed): count, exact mean, the quantiles compared."""
+    hist = Histogram()
+    for one in hists:
+        hist.add(one)
+    return {"count": hist.total, "mean": hist.sum / hist.total if hist.total > 0 else None,
+            "first_bound": hist.bounds[0] if hist.bounds else None, "bounds": hist.bounds,
+            "quantiles": {str(q): _q(hist, q) for q in limits["latency_quantiles"]}}
 
 
 def relative_standard_error(hist: Histogram) -> float | None:
@@ -455,6 +472,16 @@ def check_pd(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThres
     return check_errors(can["pd_failures"], base["pd_failures"], limits, "pd_failure_rate")
 
 
+def check_kv_transfer(can: Mapping[str, Any], base: Mapping[str, Any], limits: GuardThresholds
+                      ) -> list[dict[str, Any]]:
+    """The KV hand-over's latency as TTFT's test (quantiles and mean, ratio + slack), when both sides
+    handed KV over in the window: prefill instances (a decode observes none; a canary that handed
+    none over fails ``pd_failure_rate``, or served nothing)."""
+    if not (can.get("pd") and base.get("pd") and can["kv_transfer"]["count"] and base["kv_transfer"]["count"]):
+        return []
+    return check_latency("kv_transfer", can, base, limits)
+
+
 def _normal_cdf(z: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
@@ -530,6 +557,13 @@ CHECKS: tuple[GuardCheck, ...] = (
         "requests: a prefill that cannot be reached, a KV transfer that failed",
         "the same test as `error_rate`",
         lambda can, base, limits: [c for c in [check_pd(can, base, limits)] if c is not None]),
+    GuardCheck(
+        "`kv_transfer_p50`, `kv_transfer_p90`, `kv_transfer_mean` (only when both sides handed KV over: prefill "
+        "instances of `sglang_pd`)",
+        "histogram `sglang:kv_transfer_latency_ms` (observed by the prefill side for each request's KV; compared in "
+        "seconds)",
+        "canary > `max_kv_transfer_ratio` x baseline + `kv_transfer_slack_s`",
+        check_kv_transfer),
     GuardCheck(
         "`spec_accept_length` (only when both sides speculate)",
         "delta `sglang:generation_tokens_total` / delta `sglang:spec_verify_calls_total`",

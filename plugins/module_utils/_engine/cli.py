@@ -23,7 +23,13 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.llmops.sglang.plugins.module_utils._engine import configfile, fleet, host, perfmodel
+from ansible_collections.llmops.sglang.plugins.module_utils._engine import (
+    configfile,
+    disagg,
+    fleet,
+    host,
+    perfmodel,
+)
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.config import EngineConfig
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.engine import Engine
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.faults import Faults
@@ -77,6 +83,10 @@ def _parse(argv: list[str], release: str) -> tuple[dict[str, Any], dict[str, Any
         namespace = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: usage + message on stderr, exit 2 (or 0 for -h)
         return int(exc.code) if isinstance(exc.code, int) else 2
+    refused = disagg.refused_args(vars(namespace))
+    if refused:  # ServerArgs' __post_init__ raises before anything starts
+        sys.stderr.write(f"Traceback (most recent call last):\nValueError: {refused}\n")
+        return 1
     return vars(namespace), traits
 
 

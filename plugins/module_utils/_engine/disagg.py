@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ansible_collections.llmops.sglang.plugins.module_utils._engine.metrics import Histogram
+
 if TYPE_CHECKING:  # aiohttp is imported where it is used: the engine's host has it, a module's may not
     from aiohttp import web
 
@@ -51,14 +53,29 @@ class Prepared:
     error: str | None = None
 
 
+# sglang:kv_transfer_latency_ms's buckets (0.5.17 observability/metrics_collector.py), observed on the prefill side
+KV_LATENCY_BUCKETS_MS = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0)
+
+
 @dataclass
 class PdCounters:
     bootstrap_failed: int = 0
     transfer_failed: int = 0
     transferred_reqs: int = 0
-    transfer_ms: list[float] = field(default_factory=list)
+    transfer_latency_ms: Histogram = field(default_factory=lambda: Histogram(KV_LATENCY_BUCKETS_MS))
     transfer_mb: float = 0.0
     waiting: int = 0  # decode: requests waiting for their KV
+
+
+def refused_args(args: Mapping[str, Any]) -> str | None:
+    """What SGLang 0.5.17's ServerArgs raises at start for a PD instance's flags (its ValueError's
+    text), or None: a decode runs a chunk cache (``disable_radix_cache``, set by the PD hook unless
+    ``--disaggregation-decode-enable-radix-cache``), which HiCache refuses."""
+    if (args.get("disaggregation_mode") == "decode" and args.get("enable_hierarchical_cache")
+            and not args.get("disaggregation_decode_enable_radix_cache")):
+        return ("The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot "
+                "be used at the same time. Please use only one of them.")
+    return None
 
 
 def bootstrap_of(body: Mapping[str, Any]) -> tuple[str, int, int] | None:
@@ -75,8 +92,10 @@ def bootstrap_of(body: Mapping[str, Any]) -> tuple[str, int, int] | None:
 class Disagg:
     """One instance's side of PD: its rooms (prefill) or its fetches (decode), and the counters."""
 
-    def __init__(self, mode: str, host: str, bootstrap_port: int, kv_bytes_per_token: float, gb_s: float) -> None:
+    def __init__(self, mode: str, host: str, bootstrap_port: int, kv_bytes_per_token: float, gb_s: float,
+                 time_scale: float = 1.0) -> None:
         self.mode = mode
+        self.time_scale = max(float(time_scale), 0.0)  # wall seconds per modelled second
         self.host = host
         self.bootstrap_port = bootstrap_port
         self.kv_bytes_per_token = max(float(kv_bytes_per_token), 0.0)
@@ -87,6 +106,7 @@ class Disagg:
 
     # -- the prefill side --------------------------------------------------------------------
     def transfer_s(self, tokens: int) -> float:
+        """A prompt's KV transfer in modelled seconds (its bytes at the backend's rate)."""
         return tokens * self.kv_bytes_per_token / (self.gb_s * 1e9)
 
     def _room(self, room: int) -> Room:
@@ -96,10 +116,10 @@ class Disagg:
         """The prefill of a room's prompt is done: its KV is there after the transfer time."""
         now = asyncio.get_running_loop().time()
         entry = self._room(room)
-        entry.tokens, entry.ready_at = tokens, now + self.transfer_s(tokens)
+        entry.tokens, entry.ready_at = tokens, now + self.transfer_s(tokens) * self.time_scale
         entry.event.set()
         self.counters.transferred_reqs += 1
-        self.counters.transfer_ms.append(self.transfer_s(tokens) * 1000)
+        self.counters.transfer_latency_ms.observe(self.transfer_s(tokens) * 1000)
         self.counters.transfer_mb += tokens * self.kv_bytes_per_token / 1e6
 
     async def _kv(self, request: web.Request) -> web.StreamResponse:
@@ -196,7 +216,10 @@ class Disagg:
         return {"num_decode_prealloc_queue_reqs": 0.0, "num_decode_transfer_queue_reqs": float(self.counters.waiting)}
 
     def to_json(self) -> str:
-        return json.dumps({"mode": self.mode, "rooms": len(self.rooms), **self.counters.__dict__})
+        latency = self.counters.transfer_latency_ms
+        return json.dumps({"mode": self.mode, "rooms": len(self.rooms),
+                           **{**self.counters.__dict__, "transfer_latency_ms": {"count": latency.total,
+                                                                                "sum": latency.sum}}})
 
 
 async def prepare(engine: Any, body: Mapping[str, Any], max_new: int) -> Prepared:

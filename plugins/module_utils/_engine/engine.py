@@ -44,4 +44,4 @@ def new_disagg(config: EngineConfig) -> Disagg | None:
     gb_s = float(consts.get("pd_tcp_gb_s" if backend == "mooncake_tcp" else "pd_rdma_gb_s", 5.0))
     per_token = config.plan.shape.kv_bytes_per_token / max(config.plan.tp_size, 1)
     return Disagg(mode, str(args.get("host") or "127.0.0.1"), int(args.get("disaggregation_bootstrap_port") or 8998),
-                  per_token, gb_s)
+                  per_token, gb_s, config.time_scale)

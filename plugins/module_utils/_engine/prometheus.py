@@ -98,6 +98,7 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ('backuped_tokens_total', 'counter', 'Number of backuped tokens.'),
     ('num_bootstrap_failed_reqs_total', 'counter', 'Number of bootstrap failed requests.'),
     ('num_transfer_failed_reqs_total', 'counter', 'Number of transfer failed requests.'),
+    ('kv_transfer_latency_ms', 'histogram', 'Histogram of KV cache transfer latency in ms.'),
 )
 _FAMILY_INFO = {name: (kind, help_) for name, kind, help_ in _FAMILIES}
 
@@ -333,6 +334,9 @@ def _pd_counters(out: _Text) -> None:
         out.sample("num_bootstrap_failed_reqs_total", [], pd.counters.bootstrap_failed)])
     out.family("num_transfer_failed_reqs_total", [
         out.sample("num_transfer_failed_reqs_total", [], pd.counters.transfer_failed)])
+    if pd.mode == "prefill":  # observed where the KV is sent from, in modelled ms
+        out.family("kv_transfer_latency_ms", histogram_lines(pd.counters.transfer_latency_ms,
+                                                             "sglang:kv_transfer_latency_ms", out.sched))
 
 
 def _routing_and_passes(out: _Text) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
@@ -23,7 +23,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import 
     host_of,
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.gpus import gpu_groups
-from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.pd import pd_plan
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.pd import pd_plan, pd_roles
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profileflags import profile_argv
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import resolve_profile
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.request import PlanRequest
@@ -175,11 +175,16 @@ def effective_settings(argv: Argv, st: HostSettings) -> dict[str, Any]:
     }
 
 
+def instance_name(gpu_ids: Sequence[int]) -> str:
+    """An instance is named after its GPUs: gpu0, gpu2-3."""
+    return "gpu" + "-".join(map(str, gpu_ids))
+
+
 def build_instance(req: PlanRequest, prof: Mapping[str, Any], st: HostSettings, traits: Mapping[str, Any],
                    index: int, group: list[dict[str, Any]], port: int, nccl_port: int,
                    warnings: list[str]) -> Instance:
     gpu_ids = [int(gpu["index"]) for gpu in group]
-    name = "gpu" + "-".join(map(str, gpu_ids))
+    name = instance_name(gpu_ids)
     paths = _layout.instance_paths(req.base_dir, name)
     argv = base_argv(req, prof, st, port, nccl_port)
     apply_extra_args(argv, st, warnings, first=index == 0)
@@ -240,10 +245,15 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
                         f"sglang_tp_size={req.tp_size} ({req.gpus_per_node} GPU(s)), but this host plans "
                         f"{len(groups)}: set sglang_gpus to {req.gpus_per_node} GPU(s)")
     port_pairs = ports(req, len(groups))
-    st = host_settings(req, host, prof, traits, model, len(groups), warnings)
-    instances = [build_instance(req, prof, st, traits, index, group, *port_pairs[index], warnings).to_dict()
+    roles = pd_roles(req.pd, [instance_name([int(g["index"]) for g in group]) for group in groups])
+    cached = [role != "decode" for role in roles]  # HiCache's instances: a decode has none (pd_decode_settings)
+    st = host_settings(req, host, prof, traits, model, sum(cached), warnings)
+    decode_st = pd_decode_settings(st, roles, bool((prof.get("hicache") or {}).get("enabled")), warnings)
+    instances = [build_instance(req, prof, st if cached[index] else decode_st, traits, index, group,
+                                *port_pairs[index], warnings).to_dict()
                  for index, group in enumerate(groups)]
-    storage = storage_tier(req, host, st, traits, instances, bool(model.get("mla")))
+    storage = storage_tier(req, host, st, traits, [i for i, c in zip(instances, cached, strict=True) if c],
+                           bool(model.get("mla")))
     if storage:
         warnings.extend(storage["warnings"])
     pd = pd_tier(req, traits, instances)
@@ -266,11 +276,26 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     }
 
 
+def pd_decode_settings(st: HostSettings, roles: Sequence[str], asked: bool, warnings: list[str]) -> HostSettings:
+    """A decode instance's settings: without HiCache. SGLang 0.5.17 runs a decode's KV as a chunk
+    cache (``--disable-radix-cache``, forced by its PD hook), and HiCache with it is refused at start
+    ("enable-hierarchical-cache and disable-radix-cache are mutually exclusive"); what is computed
+    once and kept is the prompts' KV, on the prefill side. So the host tier (and the storage tier
+    behind it) is rendered and sized for the host's prefill instances only: they share the memory
+    the plan finds (``host_settings`` counts only them). ``asked``: the profile enables HiCache."""
+    if "decode" not in roles or not asked:
+        return st
+    prefills = sum(role != "decode" for role in roles)
+    warnings.append(f"HiCache on the prefill instances only ({prefills} of {len(roles)} on this host): a decode "
+                    "instance runs a chunk cache, which SGLang does not pair with HiCache")
+    return replace(st, hicache_flags={}, hicache=None)
+
+
 def storage_tier(req: PlanRequest, host: Mapping[str, Any], st: HostSettings, traits: dict[str, Any],
                  instances: list[dict[str, Any]], mla: bool) -> dict[str, Any] | None:
     """HiCache's storage tier (sglang_hicache_storage, _plan/storage.py) of the host's instances, its
     flags and variables added to each one's argv and environment; None without one."""
-    if req.hicache_storage is None:
+    if req.hicache_storage is None or (not instances and req.pd is not None):  # a decode host: none (pd_decode_settings)
         return None
     if not st.hicache_flags.get("enabled"):
         raise PlanError(f"sglang_hicache_storage needs HiCache's host tier, which profile {req.profile!r} does not "
@@ -326,7 +351,7 @@ def storage_clear(storage: Mapping[str, Any] | None, instances: Sequence[Mapping
     if not storage:
         return []
     return [{"name": str(inst["name"]), "url": f"{inst['connect_url']}{storage['clear_path']}"}
-            for inst in instances if inst.get("rank0", True)]
+            for inst in instances if inst.get("rank0", True) and inst["name"] in storage["instances"]]
 
 
 def instance_plan(facts: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:

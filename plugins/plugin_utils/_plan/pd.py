@@ -100,16 +100,23 @@ def pd_traits(request: PdRequest, release: str, traits: Mapping[str, Any]) -> Ma
     return found
 
 
+def pd_roles(request: PdRequest | None, names: Sequence[str]) -> list[str]:
+    """Each instance's role in GPU order ("" for every one of a unified deployment), or PlanError
+    when ``role`` is a list that is not one per instance."""
+    if request is None:
+        return [""] * len(names)
+    if len(request.roles) not in (1, len(names)):
+        raise PlanError(f"sglang_pd.role={list(request.roles)!r}: one role for every instance, or one per "
+                        f"instance; this host plans {len(names)} instance(s) ({', '.join(names)})")
+    return list(request.roles) * len(names) if len(request.roles) == 1 else list(request.roles)
+
+
 def pd_plan(request: PdRequest, *, instances: Sequence[Mapping[str, Any]], release: str,
             traits: Mapping[str, Any]) -> dict[str, Any]:
     """Each instance's role, bootstrap port and flags, the backend's package and import (for the
     install and the pre-flight), and how many of each role the host has."""
     backend = pd_traits(request, release, traits)
-    if len(request.roles) not in (1, len(instances)):
-        raise PlanError(f"sglang_pd.role={list(request.roles)!r}: one role for every instance, or one per "
-                        f"instance; this host plans {len(instances)} instance(s) "
-                        f"({', '.join(str(i['name']) for i in instances)})")
-    roles = list(request.roles) * len(instances) if len(request.roles) == 1 else list(request.roles)
+    roles = pd_roles(request, [str(inst["name"]) for inst in instances])
     planned: dict[str, dict[str, Any]] = {}
     next_port = request.bootstrap_port
     for inst, role in zip(instances, roles, strict=True):

@@ -150,7 +150,9 @@ def host_settings(req: PlanRequest, host: Mapping[str, Any], prof: Mapping[str, 
     spec = speculative(prof.get("speculative"), model, traits, req.draft_model_path, req.release, warnings)
     mrr, cg_flag, cg_max = running_limits(req, prof, traits, arch, spec, warnings)
     mamba_flag, strategy = mamba_strategy(prof, traits, arch, hybrid, req.release)
-    flags, sizing, extras = hicache_sizing(req, host, prof, traits, arch, hybrid, spec is not None, count, warnings)
+    # count: the instances that carry HiCache (a host of decode instances only has none: _plan/instances.py)
+    flags, sizing, extras = hicache_sizing(req, host, prof if count else {**prof, "hicache": None}, traits, arch,
+                                           hybrid, spec is not None, count, warnings)
     return HostSettings(arch=arch, hybrid=hybrid, spec=spec, max_running_requests=mrr, cuda_graph_flag=cg_flag,
                         cuda_graph_max_bs=cg_max, mamba_flag=mamba_flag, mamba_strategy=strategy,
                         hicache_flags=flags, hicache=sizing, extra_args=extras)

@@ -351,7 +351,9 @@ def test_every_check_a_verdict_lists_is_a_row_of_the_checks_table() -> None:
     """The verdict's checks, in order, are CHECKS' rows (the table docs/fleet.md is written from),
     the router's only with the router's outcomes; every threshold key has its row."""
     w = g.instance_window(text("hybrid-after-sweep-real"), text("hybrid-after-sweep-warm"), 120.0, running_mean=8)
-    w = dict(w, pd=True, pd_failed=0.0)  # as a PD instance's window: every row is listed
+    # as a PD prefill's window (its KV hand-overs too): every row is listed
+    kv = g.instance_window(_kv_scrape(0, []), _kv_scrape(60, [3.0] * 60), 60.0)["kv_transfer"]
+    w = dict(w, pd=True, pd_failed=0.0, kv_transfer=kv)
     router = {"canary": {"requests": 100, "errors": 0, "error_rate": 0.0},
               "baseline": {"requests": 100, "errors": 0, "error_rate": 0.0}}
     names = [c["check"] for c in g.decide([w], [w], router=router)["checks"]]
@@ -381,3 +383,39 @@ def test_a_pd_canary_whose_requests_fail_to_bootstrap_fails_the_guard() -> None:
     assert verdict["decision"] == g.FAIL and "pd_failure_rate" in verdict["reason"]
     unified = g.instance_window(text("hybrid-after-sweep-real"), text("hybrid-after-sweep-warm"), 120.0, running_mean=8)
     assert "pd_failure_rate" not in [c["check"] for c in g.decide([unified], [unified])["checks"]]
+
+
+def _kv_scrape(requests: int, latencies_ms: list[float]) -> str:
+    """A prefill's counters and its sglang:kv_transfer_latency_ms histogram (0.5.17's buckets)."""
+    bounds = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
+    lines = ["# TYPE sglang:num_requests_total counter", f'sglang:num_requests_total{{is_streaming="false"}} {requests}.0',
+             "# TYPE sglang:num_bootstrap_failed_reqs_total counter", "sglang:num_bootstrap_failed_reqs_total 0.0",
+             "# TYPE sglang:num_transfer_failed_reqs_total counter", "sglang:num_transfer_failed_reqs_total 0.0",
+             "# TYPE sglang:kv_transfer_latency_ms histogram",
+             f'sglang:kv_transfer_latency_ms_sum{{tp_rank="0"}} {sum(latencies_ms)}']
+    lines += [f'sglang:kv_transfer_latency_ms_bucket{{le="{float(b)}",tp_rank="0"}} '
+              f'{float(sum(1 for v in latencies_ms if v <= b))}' for b in bounds]
+    lines += [f'sglang:kv_transfer_latency_ms_bucket{{le="+Inf",tp_rank="0"}} {float(len(latencies_ms))}',
+              f'sglang:kv_transfer_latency_ms_count{{tp_rank="0"}} {float(len(latencies_ms))}']
+    return "\n".join(lines) + "\n"
+
+
+def test_a_pd_canary_whose_kv_transfers_slowed_fails_the_guard() -> None:
+    """The KV hand-over's latency (sglang:kv_transfer_latency_ms, the prefill side's), compared as TTFT
+    is: a canary whose transfers take 4x the baseline's fails; within the ratio it passes; a side that
+    handed no KV over (decode instances) has no such check."""
+    start = _kv_scrape(0, [])
+    baseline = g.instance_window(start, _kv_scrape(100, [8.0] * 100), 60.0, running_mean=4)
+    slow = g.instance_window(start, _kv_scrape(100, [30.0] * 100), 60.0, running_mean=4)
+    same = g.instance_window(start, _kv_scrape(100, [9.0] * 100), 60.0, running_mean=4)
+    verdict = g.decide([slow], [baseline])
+    checks = {c["check"]: c for c in verdict["checks"]}
+    assert checks["kv_transfer_mean"]["verdict"] == g.FAIL and checks["kv_transfer_mean"]["canary"] == 0.03
+    assert checks["kv_transfer_p50"]["verdict"] == g.FAIL and "kv_transfer" in verdict["reason"]
+    assert {c["check"]: c["verdict"] for c in g.decide([same], [baseline])["checks"]
+            if c["check"].startswith("kv_transfer")} == {"kv_transfer_p50": g.PASS, "kv_transfer_p90": g.PASS,
+                                                         "kv_transfer_mean": g.PASS}
+    decode = g.instance_window(start, _kv_scrape(100, []), 60.0, running_mean=4)
+    assert not [c for c in g.decide([decode], [decode])["checks"] if c["check"].startswith("kv_transfer")]
+    assert g.thresholds({"max_kv_transfer_ratio": 5})["max_kv_transfer_ratio"] == 5
+    assert g.decide([slow], [baseline], {"max_kv_transfer_ratio": 5})["decision"] != g.FAIL

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.disagg import (
     FAKE_BOOTSTRAP_HOST,
     bootstrap_of,
+    refused_args,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
 
@@ -86,7 +87,11 @@ def test_the_decode_side_generates_from_the_kv_the_prefill_side_computed() -> No
     assert computed["decode"] == 2  # the last prompt token of each of its two requests
     assert computed["prefill"] == metric(prefill, "prompt_tokens_total") > prompt  # every prompt token
     assert prefill.disagg.rooms == {}  # fetched: nothing left waiting
-    assert prefill.disagg.counters.transfer_ms[0] > 0
+    # the transfers' latency, as the real prefill side exports it: the KV bytes at the backend's rate
+    # (modelled ms); the decode side does not declare it
+    chat_prompt = prefill.disagg.counters.transfer_latency_ms.sum - prefill.disagg.transfer_s(prompt) * 1000
+    assert metric(prefill, "kv_transfer_latency_ms_count") == 2 and 0 < chat_prompt < 1
+    assert metric(decode, "kv_transfer_latency_ms_count") is None
     assert metric(decode, "num_bootstrap_failed_reqs_total") == 0
 
 
@@ -113,3 +118,19 @@ def test_a_prefill_out_of_reach_fails_the_request_and_a_health_check_runs_standa
     assert bootstrap_of({"text": "x"}) is None
     assert bootstrap_of({"bootstrap_host": "10.0.0.1", "bootstrap_port": None, "bootstrap_room": 3}) == \
         ("10.0.0.1", 0, 3)
+
+
+def test_a_decode_with_hicache_is_refused_at_start_as_sglang_refuses_it(monkeypatch: Any,
+                                                                        capsys: Any) -> None:
+    """SGLang 0.5.17's PD hook makes a decode's KV a chunk cache, and ServerArgs then refuses
+    HiCache: exit 1 with its ValueError (the plan leaves HiCache off decode instances: test_pd)."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._engine import cli
+
+    monkeypatch.setenv("LLMOPS_SGLANG_RELEASE", "0.5.17")
+    argv = ["--model-path", "/nowhere", "--disaggregation-mode", "decode", "--enable-hierarchical-cache"]
+    assert cli.main(argv) == 1
+    assert "ValueError: The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive" \
+        in capsys.readouterr().err
+    assert refused_args({"disaggregation_mode": "decode", "enable_hierarchical_cache": True,
+                         "disaggregation_decode_enable_radix_cache": True}) is None
+    assert refused_args({"disaggregation_mode": "prefill", "enable_hierarchical_cache": True}) is None

@@ -70,3 +70,37 @@ def test_refused_before_anything_runs(h200x2_facts: dict[str, Any], configs: dic
                                       release: str, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         _plan(h200x2_facts, configs, pd=value, release=release)
+
+
+def _hicache_flags(inst: dict[str, Any]) -> list[str]:
+    return [a for a in inst["argv"] if a.startswith("--hicache") or a == "--enable-hierarchical-cache"]
+
+
+def test_hicache_and_its_storage_tier_are_the_prefill_sides(h200x2_facts: dict[str, Any],
+                                                            configs: dict[str, Any]) -> None:
+    """A decode runs a chunk cache (SGLang 0.5.17's PD hook), which refuses HiCache at start; the host
+    tier and the storage tier behind it are the prefill's, sized for the prefill instances alone."""
+    disk = {"path": "/opt/sglang/hicache-storage", "checked_at": "/", "mount_point": "/", "fstype": "ext4",
+            "source": "/dev/sda1", "total_bytes": 4000 * 2**30, "free_bytes": 2000 * 2**30, "used_bytes": 0,
+            "network": False, "memory": False, "rotational": False}
+    facts = {**h200x2_facts, "filesystems": [disk]}
+    plan = _plan(facts, configs, profile="hicache", pd={"role": ["prefill", "decode"]},
+                 hicache_storage={"backend": "file"})
+    prefill, decode = plan["instances"]
+    alone = _plan(facts, configs, profile="hicache", gpus=[0], hicache_storage={"backend": "file"})
+    assert "--enable-hierarchical-cache" in prefill["argv"] and "--hicache-storage-backend" in prefill["argv"]
+    # the prefill takes what one instance of the host would: the decode's share is not set aside
+    assert prefill["settings"]["hicache_size_gb"] == alone["instances"][0]["settings"]["hicache_size_gb"]
+    assert prefill["settings"]["hicache_size_gb"] > _plan(facts, configs, profile="hicache")["instances"][0][
+        "settings"]["hicache_size_gb"]
+    assert _hicache_flags(decode) == [] and decode["settings"]["hicache_size_gb"] is None
+    assert "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR" not in decode["env"] and "storage_dir" not in decode
+    assert list(plan["hicache_storage"]["instances"]) == ["gpu0"]
+    assert [c["name"] for c in plan["hicache_storage_clear"]] == ["gpu0"]
+    assert any("HiCache on the prefill instances only (1 of 2 on this host)" in w for w in plan["warnings"])
+    validate_plan(plan)
+    # a host of decodes only: no host tier, no storage tier, nothing sized, said
+    decodes = _plan(facts, configs, profile="hicache", pd={"role": "decode"}, hicache_storage={"backend": "file"})
+    assert decodes["hicache"] is None and decodes["hicache_storage"] is None
+    assert all(_hicache_flags(i) == [] for i in decodes["instances"])
+    assert any("HiCache on the prefill instances only (0 of 2" in w for w in decodes["warnings"])
