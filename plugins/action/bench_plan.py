@@ -36,6 +36,7 @@ class ActionModule(ActionBase):
             variables={name: var(name) for name in _benchplan.VARIABLES},
             through_router=bool(args["through_router"]),
             health=plain(args["health"]),
+            workers=plain(args["workers"]),
             host_python=var("ansible_python_interpreter"),
             controller_python=str(var("ansible_playbook_python") or "python3"),
         )

@@ -53,6 +53,14 @@ options:
         RV(plan.down). Not read with O(through_router).
     type: list
     elements: dict
+  workers:
+    description:
+      - With O(through_router), the deployments behind the router, each C({host, manifest}). When
+        one of their instances is a prefill or a decode (C(sglang_pd)), RV(plan.worker_metrics)
+        lists every rank-0 instance with its side, and the router's sweep reads their C(/metrics)
+        (the per-side tables of the report).
+    type: list
+    elements: dict
 attributes:
   check_mode:
     description: Reads only; runs in check mode too.
@@ -107,6 +115,13 @@ plan:
       elements: list
     down:
       description: With O(health), the instances that were down (not swept), each with C(host).
+      type: list
+      elements: dict
+    worker_metrics:
+      description:
+        - With O(through_router) and a prefill/decode deployment in O(workers), its instances as
+          M(llmops.sglang.throughput_sweep)'s O(llmops.sglang.throughput_sweep#module:worker_metrics)
+          takes them (C(name) host/instance, C(url) where the router reaches it, C(side)); else empty.
       type: list
       elements: dict
     python:

@@ -64,6 +64,17 @@ options:
       - A trailing C(/v1) is removed.
     type: str
     required: true
+  worker_metrics:
+    description:
+      - The instances behind the router at O(url), each C({name, url, side}), whose C(/metrics) the
+        sweep reads around each level and samples while it runs, as it reads its own server's. Each
+        point gets C(sides), one entry per C(side) (C(prefill), C(decode), or C(unified) for an empty
+        one), with the instances' C(server_metrics) summed or maxed over the side (docs/sweep.md,
+        "Each side through a PD router").
+      - bench.yml passes the workers of a prefill/decode deployment when it sweeps through the
+        router; omitted, nothing but O(url) is read.
+    type: list
+    elements: dict
   api:
     description:
       - C(openai) streams C(/v1/completions); C(native) streams SGLang's C(/generate).
@@ -652,11 +663,22 @@ ansible_facts:
                   C(token_usage_mean), C(token_usage_max) (KV pool), C(spec_accept_length)
                   (generated tokens per verify call), C(spec_accept_rate), C(cache_hit_rate)
                   (cached / prompt tokens), C(cache_hit_rate_device), C(cache_hit_rate_host)
-                  (HiCache host pool), C(hicache_host_usage_max), C(retracted_max).
+                  (HiCache host pool), C(hicache_host_usage_max), C(retracted_max), and on a
+                  prefill/decode instance C(pd_prefill_inflight_max), C(pd_decode_transfer_max),
+                  C(pd_bootstrap_failed), C(pd_transfer_failed), C(pd_kv_transfers),
+                  C(pd_kv_transfer_ms_mean).
                 - A field the release does not serve (or that does not apply, such as the accept
                   length without speculative decoding) is null and C(notes) says why
                   (C(not reported by this release), C(speculative decoding off), ...).
                   See docs/sweep.md.
+              type: dict
+            sides:
+              description:
+                - With O(worker_metrics) (a sweep through the router of a prefill/decode deployment), one
+                  entry per side (C(prefill), C(decode), C(unified)) with the side's C(server_metrics)
+                  fields summed (running and queued means, failures, KV transfers) or its busiest
+                  instance's (maxima), C(pd_kv_transfer_ms_mean) weighted by transfers, C(instances),
+                  C(read) and C(by_instance); absent without O(worker_metrics) (docs/sweep.md).
               type: dict
             cache_state:
               description:

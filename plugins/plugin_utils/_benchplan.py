@@ -46,6 +46,7 @@ class BenchHost:
     variables: dict[str, Any]
     through_router: bool = False  # the manifest is the router's one target: sglang_bench_instances does not apply
     health: list[dict[str, Any]] | None = None  # server_status's probed instances: those down are not swept
+    workers: list[dict[str, Any]] | None = None  # through_router: {host, manifest} of the deployments behind it
     host_python: str | None = None  # the host's ansible_python_interpreter
     controller_python: str = "python3"  # ansible_playbook_python
 
@@ -101,6 +102,18 @@ def _selected(req: BenchHost) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     return instances, down, warnings
 
 
+def worker_metrics(workers: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The router's workers whose /metrics its sweep reads (throughput_sweep's ``worker_metrics``):
+    every rank-0 instance, with its side, when the deployments behind it are prefill/decode ones
+    (the router's own /metrics says nothing of the engines); none for a unified fleet."""
+    instances = [(str(w.get("host") or ""), i) for w in workers or []
+                 for i in (w.get("manifest") or {}).get("instances") or [] if i.get("rank0", True)]
+    if not any(i.get("pd_role") for _, i in instances):
+        return []
+    return [{"name": f"{host}/{i['name']}", "url": str(i.get("advertise_url") or i["connect_url"]),
+             "side": str(i.get("pd_role") or "unified")} for host, i in instances]
+
+
 def plan(req: BenchHost, *, controller_started: float | None, now: float, controller_pid: int) -> dict[str, Any]:
     """The plan of one host's sweeps (the action's result; docs in plugins/modules/bench_plan.py)."""
     variables = req.variables
@@ -127,6 +140,7 @@ def plan(req: BenchHost, *, controller_started: float | None, now: float, contro
         "sweeps": sweeps,
         "batches": ([sweeps] if sweeps else []) if parallel else [[s] for s in sweeps],
         "down": down,
+        "worker_metrics": worker_metrics(req.workers) if req.through_router else [],
         "python": sweep_python(req),
         "delegate_to": "localhost" if run_on == "controller" else req.host,
         "heartbeat_timeout": heartbeat_timeout or max(HEARTBEAT_MIN_S, HEARTBEAT_POLLS * poll),

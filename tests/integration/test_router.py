@@ -416,8 +416,9 @@ def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) ->
     """sglang_pd (issue 32): localhost's two instances as a prefill and a decode (one host split),
     the real sglang-router 0.3.2 in PD mode (sglang_router_pd_disaggregation) with each registered
     with its side and the prefill's bootstrap port; every request through the router is answered
-    by the decode from the KV the prefill computed, none failed; a router not in PD mode refuses
-    the PD deployment's workers, naming the fix."""
+    by the decode from the KV the prefill computed, none failed; bench.yml through the router shows
+    each side of each level; a router not in PD mode refuses the PD deployment's workers, naming
+    the fix."""
     boot = free_port_block(1)
     dep = router_inventory(tmp_path, sglang_router_pd_disaggregation=True)
     pd = {"role": ["prefill", "decode"], "bootstrap_port": boot}
@@ -446,6 +447,19 @@ def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) ->
         assert "sglang:num_bootstrap_failed_reqs_total" in metrics
         assert [line for line in metrics.splitlines()
                 if line.startswith("sglang:num_bootstrap_failed_reqs_total")][0].endswith(" 0.0")
+
+        # bench.yml through the PD router: the router's sweep reads each side's /metrics (bench_plan's
+        # worker_metrics), and the report shows each side of each level
+        reports = tmp_path / "reports"
+        bench = dep.play("bench.yml", sglang_bench_target="router", sglang_bench_concurrency=[2],
+                         sglang_bench_max_tokens=16, sglang_bench_reports_dir=str(reports), sglang_bench_run_id="pd")
+        assert bench.rc == 0, bench.out[-4000:]
+        (point,) = json.loads((reports / "pd" / "localhost_router_baseline.json").read_text())["sweep"]["points"]
+        prefill, decode = point["sides"]["prefill"], point["sides"]["decode"]
+        assert point["ok"] == point["requests"] > 0 and (prefill["read"], decode["read"]) == (1, 1)
+        assert prefill["pd_kv_transfers"] >= point["ok"] and prefill["pd_kv_transfer_ms_mean"] > 0
+        assert decode["pd_kv_transfers"] == 0 and decode["pd_bootstrap_failed"] == prefill["pd_transfer_failed"] == 0
+        assert "Each side during each level" in (reports / "pd" / "summary.md").read_text()
 
         unpaired = dep.play("deploy.yml", profile="baseline", sglang_pd=pd, sglang_router_pd_disaggregation=False)
         assert unpaired.rc != 0

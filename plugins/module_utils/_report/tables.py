@@ -202,6 +202,33 @@ def render_pd_table(sweep: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
+SIDES_HEADER: tuple[str, ...] = ("C", "output tok/s", "prefill running", "prefill queued",
+                                 "prefill KV waiting max", "KV transfers", "KV transfer ms (mean)",
+                                 "decode running", "decode waiting for KV max", "bootstrap / transfer failed")
+
+
+def render_sides_table(sweep: dict[str, Any]) -> str | None:
+    """"Each side during each level": a sweep through the router of a PD deployment read its workers'
+    /metrics (``worker_metrics``; a point's ``sides``): the prefill side's running and queued requests
+    (the side's sum of sampled means), its computed KV not yet fetched (the busiest instance's max),
+    the KV hand-overs of the level and their mean latency, the decode side's running requests and
+    requests waiting for their KV, and both sides' failures. None without sides."""
+    points = [p for p in points_of(sweep) if isinstance(p.get("sides"), dict) and p["sides"]]
+    if not points:
+        return None
+    lines = [md_row(level_header(SIDES_HEADER, points)), md_row(["---"] * len(SIDES_HEADER))]
+    for point in points:
+        pre, dec = point["sides"].get("prefill") or {}, point["sides"].get("decode") or {}
+        failed = [sum(side.get(key) or 0 for side in (pre, dec)) for key in ("pd_bootstrap_failed", "pd_transfer_failed")]
+        lines.append(md_row([level_cell(point) + (f" {ERROR_MARK}" if has_failed(point) else ""),
+                             fmt(point.get("output_tok_s")), fmt(pre.get("running_mean"), 2),
+                             fmt(pre.get("queued_mean"), 2), fmt_count(pre.get("pd_prefill_inflight_max")),
+                             fmt_count(pre.get("pd_kv_transfers")), fmt(pre.get("pd_kv_transfer_ms_mean"), 2),
+                             fmt(dec.get("running_mean"), 2), fmt_count(dec.get("pd_decode_transfer_max")),
+                             f"{fmt_count(failed[0])} / {fmt_count(failed[1])}"]))
+    return "\n".join(lines)
+
+
 def render_notes(sweep: dict[str, Any]) -> list[str]:
     """Lines under the findings: failed requests, level warm-up, drift, and what ``n/m``
     stands for."""
@@ -365,6 +392,13 @@ def render_instance(meta: dict[str, Any], sweep: dict[str, Any]) -> str:
         parts.append("Prefill and decode during each level (this PD instance's /metrics: KV computed and "
                      "not yet fetched, requests waiting for their KV, sampled max; failures over the level):")
         parts.append(pd)
+    sides = render_sides_table(sweep)
+    if sides is not None:
+        parts.append("Each side during each level (the router's PD workers' /metrics: requests running and "
+                     "queued, the side's sum of sampled means; KV computed and not yet fetched and requests "
+                     "waiting for their KV, the busiest instance's max; the level's KV hand-overs and their "
+                     "mean latency; failures over the level):")
+        parts.append(sides)
     work = workload_line(sweep)
     cache = render_cache_table(sweep)
     if work is not None:

@@ -47,7 +47,9 @@ FIELDS: tuple[str, ...] = (
     "cache_hit_rate_device", "cache_hit_rate_host", "cache_hit_rate_storage", "storage_prefetched_tokens",
     "storage_backuped_tokens", "hicache_host_usage_max", "retracted_max",
     "pd_prefill_inflight_max", "pd_decode_transfer_max", "pd_bootstrap_failed", "pd_transfer_failed",
+    "pd_kv_transfers", "pd_kv_transfer_ms_mean",
 )
+_PD_KEYS = FIELDS[FIELDS.index("pd_prefill_inflight_max"):]
 
 Scrape = dict[str, Any]
 
@@ -233,12 +235,40 @@ def _pd(before: Scrape, after: Scrape, samples: GaugeSamples) -> dict[str, Any]:
     failures (counter differences). Null on a unified server, which declares neither failure counter
     (its PD queue gauges read 0: no note)."""
     if not present(after, "num_bootstrap_failed_reqs_total"):
-        return dict.fromkeys(("pd_prefill_inflight_max", "pd_decode_transfer_max", "pd_bootstrap_failed",
-                              "pd_transfer_failed"))
+        return dict.fromkeys(_PD_KEYS)
+    # the KV hand-overs of the level (the prefill side observes them; a decode: 0 and no mean)
+    transfers = _delta(before, after, "kv_transfer_latency_ms_count") or 0.0
+    spent = _delta(before, after, "kv_transfer_latency_ms_sum") if transfers else None
     return {"pd_prefill_inflight_max": _rnd(samples.max("pd_prefill_inflight"), 0),
             "pd_decode_transfer_max": _rnd(samples.max("pd_decode_transfer"), 0),
             "pd_bootstrap_failed": _rnd(_delta(before, after, "num_bootstrap_failed_reqs_total"), 0),
-            "pd_transfer_failed": _rnd(_delta(before, after, "num_transfer_failed_reqs_total"), 0)}
+            "pd_transfer_failed": _rnd(_delta(before, after, "num_transfer_failed_reqs_total"), 0),
+            "pd_kv_transfers": _rnd(transfers, 0),
+            "pd_kv_transfer_ms_mean": _rnd(spent / transfers, 3) if transfers and spent is not None else None}
+
+
+# A side of a PD deployment swept through its router (``side_metrics``): what is summed over its
+# instances (the side's total), what is the busiest instance's
+SIDE_SUMS = ("running_mean", "queued_mean", "pd_bootstrap_failed", "pd_transfer_failed", "pd_kv_transfers")
+SIDE_MAXES = ("running_max", "queued_max", "token_usage_max", "pd_prefill_inflight_max", "pd_decode_transfer_max",
+              "retracted_max")
+
+
+def side_metrics(per_instance: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """One side's level from its instances' ``level_metrics`` (None: an instance not read): the
+    means and counts summed (the side's running requests, its failures), the maxima of its busiest
+    instance, the KV transfer mean weighted by each instance's transfers; ``read`` of ``instances``."""
+    got = [m for m in per_instance if m]
+    out: dict[str, Any] = {"instances": len(per_instance), "read": len(got)}
+    for keys, combine in ((SIDE_SUMS, sum), (SIDE_MAXES, max)):
+        for key in keys:
+            values = [m[key] for m in got if m.get(key) is not None]
+            out[key] = round(combine(values), 4) if values else None
+    weighted = [(m["pd_kv_transfer_ms_mean"], m["pd_kv_transfers"]) for m in got
+                if m.get("pd_kv_transfer_ms_mean") is not None and m.get("pd_kv_transfers")]
+    count = sum(n for _, n in weighted)
+    out["pd_kv_transfer_ms_mean"] = round(sum(v * n for v, n in weighted) / count, 3) if count else None
+    return out
 
 
 def level_metrics(before: Scrape | None, after: Scrape | None, samples: GaugeSamples) -> dict[str, Any] | None:

@@ -95,6 +95,33 @@ def _with_workload(raw: SweepOptions, out: SweepOptions) -> SweepOptions:
     return out
 
 
+def _check_counts_and_times(opts: DeclaredOptions) -> None:
+    if int(opts.max_tokens) < 1:
+        raise SweepError("max_tokens must be >= 1")
+    if int(opts.warmup) < 0:
+        raise SweepError("warmup must be >= 0")
+    if int(opts.level_warmup_tokens) < 1:
+        raise SweepError("level_warmup_tokens must be >= 1")
+    for name in ("timeout", "level_timeout", "sweep_timeout"):
+        if float(getattr(opts, name)) <= 0:
+            raise SweepError(f"{name} must be > 0")
+    if float(opts.plateau_gain) < 0:
+        raise SweepError("plateau_gain must be >= 0")
+    if opts.time_scale is not None and not float(opts.time_scale) > 0:
+        raise SweepError(f"time_scale must be > 0, got {opts.time_scale!r}")
+
+
+def _check_worker_metrics(workers: Any) -> None:
+    """Each of ``worker_metrics`` is {name, url, side}: an http(s) URL, a side of PD or none."""
+    for worker in workers or []:
+        url = worker.get("url") if isinstance(worker, dict) else None
+        side = worker.get("side") or "" if isinstance(worker, dict) else ""
+        if not (isinstance(url, str) and url.startswith(("http://", "https://"))) or side not in (
+                "", "prefill", "decode", "unified"):
+            raise SweepError(f"worker_metrics: {worker!r} is not {{name, url, side}} with an http(s) url and a side "
+                             "of prefill, decode or unified (empty: unified)")
+
+
 class SweepOptions(DeclaredOptions):
     """The sweep's options: the fields and their defaults are the documented ones (``DeclaredOptions``,
     generated from plugins/modules/throughput_sweep.py); this adds the rules between them, the
@@ -134,19 +161,8 @@ class SweepOptions(DeclaredOptions):
             raise SweepError("requests must be >= 1")
         if self.duration is not None and float(self.duration) <= 0:
             raise SweepError("duration must be > 0")
-        if int(self.max_tokens) < 1:
-            raise SweepError("max_tokens must be >= 1")
-        if int(self.warmup) < 0:
-            raise SweepError("warmup must be >= 0")
-        if int(self.level_warmup_tokens) < 1:
-            raise SweepError("level_warmup_tokens must be >= 1")
-        for name in ("timeout", "level_timeout", "sweep_timeout"):
-            if float(getattr(self, name)) <= 0:
-                raise SweepError(f"{name} must be > 0")
-        if float(self.plateau_gain) < 0:
-            raise SweepError("plateau_gain must be >= 0")
-        if self.time_scale is not None and not float(self.time_scale) > 0:
-            raise SweepError(f"time_scale must be > 0, got {self.time_scale!r}")
+        _check_counts_and_times(self)
+        _check_worker_metrics(self.worker_metrics)
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")

@@ -59,10 +59,10 @@ class Probe:
                 break  # unreachable: no point trying the other name
         return {**server_summary({}), "ok": False, "path": None, "error": error, "at": utc_now_iso()}
 
-    async def metrics_text(self) -> tuple[str | None, str | None]:
-        """The /metrics text, or (None, why)."""
+    async def metrics_text(self, url: str | None = None) -> tuple[str | None, str | None]:
+        """The /metrics text of the swept server (or of ``url``: a worker behind it), or (None, why)."""
         try:
-            async with self.session.get(self.opts.url + METRICS_PATH, timeout=self.timeout) as resp:
+            async with self.session.get((url or self.opts.url) + METRICS_PATH, timeout=self.timeout) as resp:
                 if resp.status != 200:
                     return None, f"HTTP {resp.status}"
                 return await resp.text(), None

@@ -56,6 +56,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options impor
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.plan import LevelPlan, search_fact
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.probe import Probe, server_summary
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.ratelevel import run_rate_level
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.sides import WorkerScrapes
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.summary import (
     summarize_level,
     summarize_warmup,
@@ -222,18 +223,23 @@ class _SweepRun:
             self.warnings.append(f"no model from /v1/models ({error}); native requests sent without one")
 
     async def sampled_level(self, level: int, concurrency: int, deadline: float,
-                            samples: _servermetrics.GaugeSamples | None) -> LevelRun:
-        """``run_clients`` with /metrics sampled beside it (when the server serves /metrics)."""
-        sampler = (asyncio.ensure_future(self.metrics.sample(samples, self.before.get("time_scale")))
-                   if samples is not None else None)
+                            samples: _servermetrics.GaugeSamples | None,
+                            workers: WorkerScrapes | None = None) -> LevelRun:
+        """``run_clients`` with /metrics sampled beside it (when the server serves /metrics), and
+        the workers' (``worker_metrics``)."""
+        time_scale = self.before.get("time_scale") or self.opts.time_scale  # a router reports none: the workers'
+        samplers = [asyncio.ensure_future(task) for task in (
+            self.metrics.sample(samples, time_scale) if samples is not None else None,
+            workers.sample(_servermetrics.sample_interval(time_scale)) if workers is not None else None,
+        ) if task is not None]
         if self.client is None:
             raise AssertionError("the client is made before the levels")
         try:
             return await self.clients.run(self.client, level, concurrency, deadline)
         finally:
-            if sampler is not None:
+            for sampler in samplers:
                 sampler.cancel()
-                await asyncio.gather(sampler, return_exceptions=True)
+            await asyncio.gather(*samplers, return_exceptions=True)
 
     async def initial_warmup(self) -> None:
         """``warmup`` requests one after the other before the first level, not measured."""
@@ -281,8 +287,11 @@ class _SweepRun:
         metrics_before = await _within(self.metrics.snapshot(f"before C={concurrency}"), self.deadline, None)
         scrape_before = self.metrics.scrape if metrics_before is not None else None
         samples = _servermetrics.GaugeSamples() if metrics_before is not None else None
+        workers = WorkerScrapes(self.opts.worker_metrics, self.probe.metrics_text) if self.opts.worker_metrics else None
+        if workers is not None:
+            await _within(workers.before(), self.deadline, None)
         deadline = min(time.perf_counter() + self.opts.level_timeout, self.deadline)
-        run = await self.sampled_level(level, concurrency, deadline, samples)
+        run = await self.sampled_level(level, concurrency, deadline, samples, workers)
         metrics_after = (
             await _within(self.metrics.snapshot(f"after C={concurrency}"), self.deadline, None)
             if metrics_before is not None else None
@@ -298,6 +307,8 @@ class _SweepRun:
             point["server"] = server_latency(metrics_before, metrics_after)
         point["server_metrics"] = (_servermetrics.level_metrics(scrape_before, self.metrics.scrape, samples)
                                    if samples is not None and metrics_after is not None else None)
+        if workers is not None:  # a PD deployment swept through its router: each side (sides.py)
+            point["sides"] = await _within(workers.after(), self.deadline, None)
         point["server_after"] = {k: self.after.get(k) for k in (
             "ok", "version", "max_running_requests", "avg_spec_accept_length", "last_gen_throughput", "at"
         )}

@@ -37,6 +37,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'clear_storage': {'type': 'bool', 'default': False},
     'warm': {'type': 'bool', 'default': False},
     'url': {'type': 'str', 'required': True},
+    'worker_metrics': {'type': 'list', 'elements': 'dict'},
     'api': {'type': 'str', 'choices': ['openai', 'native'], 'default': 'openai'},
     'concurrency': {'type': 'list', 'elements': 'int', 'default': [1, 4, 8, 16, 32, 48]},
     'max_concurrency': {'type': 'int', 'default': 4096},
@@ -91,6 +92,7 @@ class DeclaredOptions:
     flush_timeout: float = 60.0
     clear_storage: bool = False
     warm: bool = False
+    worker_metrics: list[dict[str, Any]] | None = None
     api: str = 'openai'
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 8, 16, 32, 48])
     max_concurrency: int = 4096

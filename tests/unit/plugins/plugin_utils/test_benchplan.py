@@ -27,7 +27,8 @@ def variables(**given: Any) -> dict[str, Any]:
 
 
 def plan(host: str = "node1", manifest: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
-    extra = {k: kwargs.pop(k) for k in ("through_router", "health", "host_python", "controller_python") if k in kwargs}
+    extra = {k: kwargs.pop(k) for k in ("through_router", "health", "workers", "host_python", "controller_python")
+             if k in kwargs}
     req = bp.BenchHost(host=host, manifest=MANIFEST if manifest is None else manifest, variables=variables(**kwargs),
                        **extra)
     return bp.plan(req, controller_started=STARTED, now=NOW, controller_pid=4242)
@@ -83,6 +84,22 @@ def test_through_a_router_the_workers_selection_does_not_apply() -> None:
                                                        "advertise_url": "http://10.0.0.9:8000"}]}
     p = plan(manifest=router, through_router=True, instances=["gpu0"], health=[{"name": "router", "up": False}])
     assert [s["name"] for s in p["sweeps"]] == ["router"] and p["down"] == []
+
+
+def test_through_the_router_of_a_pd_deployment_its_workers_metrics_are_read_with_their_side() -> None:
+    """The router's /metrics says nothing of the engines: through the router of a prefill/decode
+    deployment the sweep reads each rank-0 worker's, where the router reaches it; a unified fleet's
+    are not read (its workers were swept one by one already)."""
+    router = {"python": "/r/bin/python", "instances": [{"name": "router", "connect_url": "http://127.0.0.1:8000",
+                                                       "advertise_url": None}]}
+    split = {"instances": [{**MANIFEST["instances"][0], "pd_role": "prefill"},
+                           {**MANIFEST["instances"][1], "pd_role": "decode"},
+                           {"name": "gpu2", "connect_url": "http://127.0.0.1:30002", "rank0": False, "pd_role": "decode"}]}
+    p = plan(manifest=router, through_router=True, workers=[{"host": "node1", "manifest": split, "sweeps": {}}])
+    assert p["worker_metrics"] == [{"name": "node1/gpu0", "url": "http://10.0.0.5:30000", "side": "prefill"},
+                                   {"name": "node1/gpu1", "url": "http://127.0.0.1:30001", "side": "decode"}]
+    unified = plan(manifest=router, through_router=True, workers=[{"host": "node1", "manifest": MANIFEST}])
+    assert unified["worker_metrics"] == [] and plan()["worker_metrics"] == []
 
 
 def test_instances_down_are_not_swept_and_come_back_with_their_host() -> None:

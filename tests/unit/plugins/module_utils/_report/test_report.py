@@ -613,3 +613,32 @@ def test_a_real_rate_sweep_is_reported_by_its_offered_rate(tmp_path: Path, fixtu
     assert "Peak: 3062.1 tok/s at 16 req/s; knee: not found" in md, md
     assert "C=4096" not in md and "Columns: C = concurrency" not in md
     assert "Columns: level = the offered rate" in md
+
+
+def test_a_pd_routers_sweep_shows_each_side_of_each_level(tmp_path: Path) -> None:
+    """Swept through the router of a PD deployment (its points' ``sides``): one row per level with
+    the prefill side's running, queued, KV waiting, hand-overs and their latency, the decode side's
+    running and waiting for KV, and both sides' failures; a PD instance swept on its own keeps its
+    'Prefill and decode during each level' table."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._report.tables import (
+        render_pd_table,
+        render_sides_table,
+    )
+
+    sides = {"prefill": {"running_mean": 1.25, "queued_mean": 0.5, "pd_prefill_inflight_max": 3, "pd_kv_transfers": 40,
+                         "pd_kv_transfer_ms_mean": 2.125, "pd_bootstrap_failed": 0, "pd_transfer_failed": 1},
+             "decode": {"running_mean": 7.5, "pd_decode_transfer_max": 2, "pd_bootstrap_failed": 2,
+                        "pd_transfer_failed": 0}}
+    sweep = {"schema_version": 1, "knee": None, "points": [
+        {"concurrency": 8, "requests": 40, "ok": 40, "output_tok_s": 900.0, "sides": sides},
+        {"concurrency": 16, "requests": 40, "ok": 40, "output_tok_s": 1000.0}]}
+    table = render_sides_table(sweep).splitlines()
+    assert parse_row(table[2]) == ["8", "900.0", "1.25", "0.50", "3", "40", "2.12", "7.50", "2", "2 / 1"]
+    assert len(table) == 3 and render_pd_table(sweep) is None
+    write_report([{"meta": {"host": "r", "instance": "router", "role": "router"}, "sweep": sweep}], str(tmp_path / RUN_ID))
+    md = (tmp_path / RUN_ID / "summary.md").read_text(encoding="utf-8")
+    assert "Each side during each level (the router's PD workers' /metrics" in md
+    alone = {**sweep, "points": [{"concurrency": 1, "requests": 4, "ok": 4, "output_tok_s": 10.0, "server_metrics": {
+        "pd_prefill_inflight_max": 1, "pd_decode_transfer_max": None, "pd_bootstrap_failed": 0, "pd_transfer_failed": 0}}]}
+    assert parse_row(render_pd_table(alone).splitlines()[2]) == ["1", "10.0", "1", "-", "0", "0"]
+    assert render_sides_table(alone) is None

@@ -306,3 +306,36 @@ def test_a_pd_instances_side_of_the_level_and_none_on_a_unified_server() -> None
     fields = ("pd_prefill_inflight_max", "pd_decode_transfer_max", "pd_bootstrap_failed", "pd_transfer_failed")
     assert plain is not None and all(plain[k] is None for k in fields)
     assert not any(k.startswith("pd_") for k in plain["notes"])
+
+
+def _prefill(requests: int, latencies_ms: list[float], inflight: int = 0, running: int = 0) -> str:
+    """A PD prefill's /metrics as SGLang 0.5.17 serves them: failure counters, queue gauge and its
+    kv_transfer_latency_ms histogram (_sum and _count are what the level reads)."""
+    return ("# TYPE sglang:num_running_reqs gauge\n"
+            f"sglang:num_running_reqs {running}.0\n"
+            "# TYPE sglang:num_prefill_inflight_queue_reqs gauge\n"
+            f"sglang:num_prefill_inflight_queue_reqs {inflight}.0\n"
+            "# TYPE sglang:num_bootstrap_failed_reqs_total counter\nsglang:num_bootstrap_failed_reqs_total 0.0\n"
+            "# TYPE sglang:num_transfer_failed_reqs_total counter\nsglang:num_transfer_failed_reqs_total 0.0\n"
+            "# TYPE sglang:kv_transfer_latency_ms histogram\n"
+            f"sglang:kv_transfer_latency_ms_sum{{tp_rank=\"0\"}} {sum(latencies_ms)}\n"
+            f"sglang:kv_transfer_latency_ms_count{{tp_rank=\"0\"}} {float(len(latencies_ms))}\n")
+
+
+def test_a_prefills_kv_hand_overs_and_each_side_summed_over_its_instances() -> None:
+    """The level's KV transfers and their mean latency (histogram deltas) on a prefill; a side of
+    several instances: means and counts summed, maxima the busiest instance's, the latency mean
+    weighted by each instance's transfers; an instance not read counts in ``instances`` only."""
+    samples = sm.GaugeSamples()
+    samples.add(sm.parse(_prefill(0, [], inflight=2, running=3)))
+    one = sm.level_metrics(sm.parse(_prefill(0, [5.0])), sm.parse(_prefill(0, [5.0, 10.0, 20.0])), samples)
+    assert one is not None and (one["pd_kv_transfers"], one["pd_kv_transfer_ms_mean"]) == (2, 15.0)
+    assert (one["pd_prefill_inflight_max"], one["running_mean"]) == (2, 3.0)
+    other = {**one, "pd_kv_transfers": 6, "pd_kv_transfer_ms_mean": 5.0, "running_mean": 1.5,
+             "pd_prefill_inflight_max": 7, "pd_bootstrap_failed": 1}
+    side = sm.side_metrics([one, other, None])
+    assert (side["instances"], side["read"]) == (3, 2)
+    assert (side["running_mean"], side["pd_kv_transfers"], side["pd_bootstrap_failed"]) == (4.5, 8, 1)
+    assert side["pd_prefill_inflight_max"] == 7 and side["pd_kv_transfer_ms_mean"] == 7.5  # (2x15 + 6x5) / 8
+    decode = sm.level_metrics(sm.parse(_prefill(0, [])), sm.parse(_prefill(0, [])), sm.GaugeSamples())
+    assert decode is not None and (decode["pd_kv_transfers"], decode["pd_kv_transfer_ms_mean"]) == (0, None)
