@@ -51,7 +51,7 @@ class ActionModule(ActionBase):
         checked_rollout = None
         if rollout:  # before the host is asked anything: a floor that cannot hold stops here
             try:
-                checked_rollout = self._rollout(task_vars)
+                checked_rollout = self._rollout(task_vars, request.pd_disaggregation)
             except RolloutError as err:
                 return {**result, "failed": True, "changed": False, "msg": f"rollout refused: {err}"}
         host_address = self._templar.template(task_vars.get("ansible_host", task_vars.get("inventory_hostname")))
@@ -74,9 +74,10 @@ class ActionModule(ActionBase):
                 "argv": plan["argv"], "url": plan["connect_url"]})
         return result
 
-    def _rollout(self, task_vars: dict[str, Any]) -> dict[str, Any] | None:
+    def _rollout(self, task_vars: dict[str, Any], pd_mode: bool) -> dict[str, Any] | None:
         """The fleet's rollout check from the server hosts' hostvars (templated on access, each
-        under its own host's variables); None without a planned server host."""
+        under its own host's variables), the router's mode against their instances (``pd_mode``:
+        sglang_router_pd_disaggregation); None without a planned server host."""
         hostvars = task_vars.get("hostvars") or {}
         servers = [str(h) for h in (task_vars.get("groups") or {}).get("sglang_servers") or []]
         views = {}
@@ -86,5 +87,6 @@ class ActionModule(ActionBase):
             host_vars = hostvars[host]
             views[host] = {name: plain(host_vars[name]) for name in _rolloutcheck.WANTED if name in host_vars}
         forks = context.CLIARGS.get("forks") if context.CLIARGS else None
+        _rolloutcheck.router_mode_check(views, servers, pd_mode=pd_mode)
         return _rolloutcheck.rollout_check(views, servers, extra_vars=plain(load_extra_vars(self._loader)),
                                            forks=int(forks) if forks else None)

@@ -103,6 +103,24 @@ def measured_load(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str
     return best
 
 
+def router_mode_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str], *, pd_mode: bool) -> None:
+    """RolloutError when the router's mode does not fit the planned server hosts, before any host
+    changes: prefill/decode instances (sglang_pd) behind a router not in PD mode (it would refuse
+    them at registration, after it restarted) or unified instances behind one in PD mode (it
+    routes to prefill and decode workers only)."""
+    hosts = planned_hosts(hostvars, servers)
+    sides = {host: pd_sides(hostvars[host][PLAN_VAR]) for host in hosts}
+    paired = sorted(host for host, found in sides.items() if found)
+    unified = sorted(host for host in hosts if routed_instances(hostvars[host][PLAN_VAR]) > sum(sides[host].values()))
+    if paired and not pd_mode:
+        raise RolloutError(f"the deployments of {', '.join(paired)} have prefill/decode instances (sglang_pd), and "
+                           "this router is not in PD mode: set sglang_router_pd_disaggregation: true")
+    if pd_mode and unified:
+        raise RolloutError(f"the router is in PD mode (sglang_router_pd_disaggregation: true), which routes to "
+                           f"prefill and decode workers only, and {', '.join(unified)} plan(s) unified instances: set "
+                           "sglang_pd.role there, or sglang_router_pd_disaggregation: false")
+
+
 def rollout_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str], *,
                   extra_vars: Mapping[str, Any], forks: int | None = None) -> dict[str, Any] | None:
     """The capacity floor (raises RolloutError when it cannot hold) and the time estimate of

@@ -417,8 +417,8 @@ def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) ->
     the real sglang-router 0.3.2 in PD mode (sglang_router_pd_disaggregation) with each registered
     with its side and the prefill's bootstrap port; every request through the router is answered
     by the decode from the KV the prefill computed, none failed; bench.yml through the router shows
-    each side of each level; a router not in PD mode refuses the PD deployment's workers, naming
-    the fix."""
+    each side of each level; a router not in PD mode is refused by deploy.yml's gate before any
+    host changes, naming the fix."""
     boot = free_port_block(1)
     dep = router_inventory(tmp_path, sglang_router_pd_disaggregation=True)
     pd = {"role": ["prefill", "decode"], "bootstrap_port": boot}
@@ -461,8 +461,13 @@ def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) ->
         assert decode["pd_kv_transfers"] == 0 and decode["pd_bootstrap_failed"] == prefill["pd_transfer_failed"] == 0
         assert "Each side during each level" in (reports / "pd" / "summary.md").read_text()
 
+        # the gate refuses before any host changes: the router and the instances keep running as they were
+        router_before, pids_before = router_pid(dep), {i["name"]: i["pid"] for i in dep.manifest()["instances"]}
         unpaired = dep.play("deploy.yml", profile="baseline", sglang_pd=pd, sglang_router_pd_disaggregation=False)
         assert unpaired.rc != 0
-        assert "is not in PD mode: set sglang_router_pd_disaggregation: true" in unpaired.out, unpaired.out[-3000:]
+        assert "have prefill/decode instances (sglang_pd), and this router is not in PD mode: set " \
+               "sglang_router_pd_disaggregation: true" in unpaired.out, unpaired.out[-3000:]
+        assert router_pid(dep) == router_before and {i["name"]: i["pid"] for i in dep.manifest()["instances"]} == \
+            pids_before
     finally:
         cleanup(dep)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import ESTIMATE_DEFAULTS, RolloutError
-from ansible_collections.llmops.sglang.plugins.plugin_utils._rolloutcheck import estimate_costs, rollout_check
+from ansible_collections.llmops.sglang.plugins.plugin_utils._rolloutcheck import (
+    estimate_costs,
+    rollout_check,
+    router_mode_check,
+)
 
 
 def plan(names: list[str], ready: dict[str, float] | None = None, rank0: bool = True) -> dict:
@@ -144,3 +148,21 @@ def test_a_pd_fleet_rolled_all_at_once_is_refused_under_a_floor_and_said_without
     said = rollout_check(pd_fleet(), SERVERS, extra_vars={"sglang_rollout_batch": 2})
     assert [line.split(" at once")[0] for line in said["lines"] if "prefill/decode" in line] == [
         "  prefill/decode: a rollout of 2 host(s)", "  prefill/decode: a rollout of 2 host(s)"]
+
+
+def test_the_routers_mode_must_fit_the_fleet_before_any_host_changes() -> None:
+    """router_plan's gate: prefill/decode instances behind a router not in PD mode (which would refuse
+    them at registration, after restarting) and unified instances behind one in PD mode are refused
+    naming the setting; a fitting router passes."""
+    pair = [{"name": "gpu0", "rank0": True, "pd_role": "prefill"}, {"name": "gpu1", "rank0": True, "pd_role": "decode"}]
+    plain = [{"name": "gpu0", "rank0": True, "pd_role": None}]
+    fleet = {"s0": {"__sglang_plan": {"instances": pair}}, "s1": {"__sglang_plan": {"instances": pair}}}
+    router_mode_check(fleet, SERVERS, pd_mode=True)
+    with pytest.raises(RolloutError, match=r"the deployments of s0, s1 have prefill/decode instances \(sglang_pd\), "
+                                           r"and this router is not in PD mode: set sglang_router_pd_disaggregation: true"):
+        router_mode_check(fleet, SERVERS, pd_mode=False)
+    mixed = {**fleet, "s2": {"__sglang_plan": {"instances": plain}}}
+    with pytest.raises(RolloutError, match=r"routes to prefill and decode workers only, and s2 plan\(s\) unified "
+                                           r"instances: set sglang_pd.role there, or sglang_router_pd_disaggregation"):
+        router_mode_check(mixed, SERVERS, pd_mode=True)
+    router_mode_check({"s2": {"__sglang_plan": {"instances": plain}}}, SERVERS, pd_mode=False)
