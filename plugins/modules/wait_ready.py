@@ -64,6 +64,13 @@ options:
             cannot compile it kills the server there, so that server never counts as ready, and the
             compile is paid by the deploy, not by the first users.
         type: dict
+      bootstrap:
+        description:
+          - A prefill instance's bootstrap server (its C(--disaggregation-bootstrap-port), C(/health)),
+            which must answer 200 too before the instance is ready - where decodes fetch its KV, so
+            the router is not given a prefill whose KV no decode could fetch yet. The server role
+            gives it to each prefill instance of C(sglang_pd).
+        type: str
   interval:
     description: Seconds between polls of one instance.
     type: float

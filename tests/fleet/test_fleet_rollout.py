@@ -11,7 +11,9 @@ state the previous one left (a fleet deploy costs a minute or more on two shared
    the new version, hosts not reached the old one, the router only has healthy workers;
 5. the re-run after the fix converges (the host done before has changed=0 and its pids);
 4. a host whose sshd is stopped: reported unreachable, the others roll on (max-fail 34 %);
-6. a 2-host TP group behind the router.
+6. a 2-host TP group behind the router;
+7. prefill/decode (issue 32): two hosts each split into a prefill and a decode behind the router
+   in PD mode, rolled one host and one side at a time under steady load: zero failures.
 
 A scenario that finds the fleet not in the state it needs fails saying which one broke it.
 Numbers (wall times, the rolling update's per-second throughput) are printed and written to
@@ -33,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from .harness import Fleet, FleetRun, cmdline
+from .harness import DEFAULT_PORT, Fleet, FleetRun, cmdline
 from .load import LoadClient
 
 # every version differs in one flag, so that each rollout restarts every instance it reaches
@@ -364,6 +366,50 @@ def test_6_two_host_tp_group(fleet: Fleet) -> None:
     logs = "".join(p.read_text(errors="replace") for p in fleet.hosts["server2"].base_dir.glob("**/*.log"))
     assert logs and "SIGTERM received on node_rank 1" not in logs, logs[-3000:]
     assert fleet.server_processes() == {} or _settle(fleet)
+
+
+def test_7_prefill_and_decode_rolled_under_load_fail_no_request(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 32's fleet scenario: server1 and server2 each split into a prefill and a decode
+    (sglang_pd, server3 out), the real router in PD mode pairing them across hosts; a rolling update
+    (one host at a time, each host one side at a time, decodes first) under steady load fails no
+    request: while a host's decode restarts the other host's decode takes its requests with KV from
+    either prefill, over the hosts' network."""
+    fleet.reset()
+    fleet.set_groups("server3", [])
+    fleet.set_hostvars(["server1", "server2"], sglang_pd={"role": ["prefill", "decode"]})
+    first = _deploy(fleet, "A", sglang_router_pd_disaggregation=True)
+    assert first.rc == 0, first.out[-5000:] + _logs(fleet, "server1")
+    sides = sorted((w["worker_type"], w["url"].split("//")[1].split(":")[0]) for w in fleet.router_workers())
+    assert sides == sorted((side, fleet.address(h)) for h in ("server1", "server2") for side in ("prefill", "decode"))
+    before = {h: fleet.pids(h) for h in ("server1", "server2")}
+    client = LoadClient(fleet.router_url(), concurrency=2, pause=0.05, max_seconds=400).start()
+    time.sleep(3)
+    client.mark("rollout start")
+    run = _deploy(fleet, "B", sglang_rollout_batch=1, sglang_router_pd_disaggregation=True)
+    client.mark("rollout end")
+    time.sleep(3)
+    ran_throughout = client.running()
+    client.stop()
+    phases = client.phases("rollout start", "rollout end")
+    path = _report(fleet, "pd-rolling-update", {"deploy_seconds": run.seconds, "phases": phases,
+                                                "longest_gap_s": round(client.longest_gap(), 2), **client.dump()})
+    with capsys.disabled():
+        print(f"\n[7] PD rolling update A -> B (2 hosts x [prefill, decode], batch 1) under load: deploy.yml "
+              f"{run.seconds:.1f} s; {len(client.records)} requests, {len(client.failures())} failed; longest gap "
+              f"{client.longest_gap():.2f} s; report {path}")
+        for name, row in phases.items():
+            print(f"    {name:6s} {row['seconds']:6.1f} s  ok {row['ok']:5d}  failed {row['failed']}  "
+                  f"{row['req_s']:6.2f} req/s")
+    assert run.rc == 0, run.out[-5000:]
+    assert client.failures() == [], client.failures()[:5]
+    assert ran_throughout and all(phases[p]["ok"] > 0 for p in phases), phases
+    for host in ("server1", "server2"):
+        for name, pid in fleet.pids(host).items():
+            assert _version(pid) == "B" and pid != before[host][name], (host, name)
+    for host in ("server1", "server2"):
+        failed = [line for line in fleet.http_get(host, f"http://{fleet.address(host)}:{DEFAULT_PORT + 1}/metrics")[1]
+                  .splitlines() if line.startswith("sglang:num_bootstrap_failed_reqs_total")]
+        assert failed and failed[0].endswith(" 0.0"), (host, failed)
 
 
 def _logs(fleet: Fleet, name: str, lines: int = 40) -> str:

@@ -133,18 +133,24 @@ def test_the_job_outlives_its_controller_and_an_instance_and_the_rerun_finishes_
         cleanup(dep)
 
 
+ROLL_LINES = 6000  # test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line's dataset
+
+
 @pytest.mark.e2e
 def test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line(tmp_path: Path) -> None:
     """The real sglang-router in front of the two instances; generate.yml through it (one request
-    per instance: 12,000 lines outlast any rollout) while deploy.yml restarts both instances one
-    at a time (a flag changed, sglang_rollout_batch 1): no request fails for good, every line
-    written so far once, the job ran throughout. Then it is stopped and resumed at 16 per
-    instance, so the test's length does not follow the machine's pace: every line once in all."""
-    dep = router_inventory(tmp_path, sglang_sim_time_scale=0.05)
+    per instance, at time scale 0.2: about 15 lines a second, so 6,000 lines outlast any rollout)
+    while deploy.yml restarts both instances one at a time (a flag changed, sglang_rollout_batch
+    1): no request fails for good, every line written so far once, the job ran throughout. Then it
+    is stopped and resumed at 16 per instance, so the test's length does not follow the machine's
+    pace: every line once in all. (Before: 12,000 lines at time scale 0.05, of which the resumed run
+    sent some 11,000 through the router: half of the test's five minutes in CI.)"""
+    # the requests at time scale 0.2, the instances' start-up at 0.05 as before (the rollout's length)
+    dep = router_inventory(tmp_path, sglang_sim_time_scale=0.2, sglang_env={"LLMOPS_SIM_STARTUP_SCALE": "0.05"})
     try:
         assert dep.play("deploy.yml").rc == 0
         before = dep.pids()
-        ids = write_prompts(tmp_path / "roll.jsonl", 12000)
+        ids = write_prompts(tmp_path / "roll.jsonl", ROLL_LINES)
         args = {"sglang_generate_input": str(tmp_path / "roll.jsonl"), "sglang_generate_defaults": {"max_tokens": 64},
                 "sglang_generate_poll": 1, "sglang_generate_reports_dir": str(tmp_path / "reports"),
                 "sglang_generate_concurrency": 1, "sglang_generate_backoff_s": 0.2}
@@ -153,7 +159,8 @@ def test_a_rolling_deploy_through_the_router_under_the_job_loses_no_line(tmp_pat
         roll = dep.play("deploy.yml", sglang_extra_args={"--watchdog-timeout": 700}, sglang_rollout_batch=1)
         assert roll.rc == 0, roll.out[-3000:]
         during = progress(dep, "roll")
-        assert during["state"] == "running" and during["done"] < 12000, "the job ended before the rollout did: lengthen it"
+        assert during["state"] == "running" and during["done"] < ROLL_LINES, "the job ended before the rollout did: lengthen it"
+        print(f"\nlines done when the rollout ended: {during['done']} of {ROLL_LINES}")
         after = dep.pids()
         assert all(after[name] != before[name] for name in before), (before, after)
         stop = dep.play("generate.yml", generate_action="stop", sglang_generate_job="roll",

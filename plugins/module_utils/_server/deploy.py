@@ -176,6 +176,23 @@ def warm_up(url: str, warmup: dict[str, Any], api_key: str | None = None,
     return took, f"/health_generate answered, but {what_for.format(path='POST ' + path)} failed: {what}"
 
 
+def bootstrap_ready(url: str, deadline: float, *, getter: Callable[[str, float, str | None], tuple[int, bytes]],
+                    clock: Callable[[], float], sleep: Callable[[float], None], interval: float,
+                    request_timeout: float) -> str:
+    """A prefill instance's bootstrap server (``GET /health`` "OK" on its bootstrap port, which
+    decodes ask for the KV) answers before the deadline: "" or why not. Its API answering is not
+    enough: the router would send it requests whose KV no decode could fetch."""
+    status = 0
+    while True:
+        status, _ = getter(url, request_timeout, None)
+        if status == 200:
+            return ""
+        if clock() >= deadline:
+            return (f"/health_generate answered, but its bootstrap server {url} did not (last status "
+                    f"{status or 'no answer'}): decodes could not fetch its KV")
+        sleep(interval)
+
+
 def wait_for_ready(
     instances: list[dict[str, Any]],
     *,
@@ -196,7 +213,8 @@ def wait_for_ready(
     endpoint polled (default /health_generate; the router role waits for /health and /readiness). A server that died while
     loading fails at once (no point waiting out its timeout): its pid file names a dead
     process, or its systemd unit failed or was restarted by systemd. With ``warmup`` ({path,
-    body, timeout}), an instance is ready once that request answered 200 too (``warm_up``).
+    body, timeout}), an instance is ready once that request answered 200 too (``warm_up``); with
+    ``bootstrap`` (a prefill's bootstrap server's /health URL), once that answered 200 too.
     Returns name -> result: {ready, status, waited_s, ready_at, reason, log_tail, warmup_s}.
     """
     results: dict[str, dict[str, Any]] = {}
@@ -221,6 +239,9 @@ def wait_for_ready(
                         prime["body"] = prime_body(prime["words"])
                     primed, failed_warmup = warm_up(inst["url"], prime, api_key, poster, clock, PRIME_WHAT)
                     took = round((took or 0.0) + primed, 2)
+                if not failed_warmup and inst.get("bootstrap"):
+                    failed_warmup = bootstrap_ready(str(inst["bootstrap"]), deadline, getter=getter, clock=clock,
+                                                    sleep=sleep, interval=interval, request_timeout=request_timeout)
                 res = {"ready": not failed_warmup, "status": status, "waited_s": round(clock() - start, 2),
                        "ready_at": None if failed_warmup else utc_now(), "reason": failed_warmup,
                        "log_tail": log_tail(inst.get("log_file"), tail_lines) if failed_warmup else "",

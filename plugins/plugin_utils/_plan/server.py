@@ -153,6 +153,8 @@ def wait_spec(instance: Mapping[str, Any], plan: Mapping[str, Any], settings: Ma
     storage = plan.get("hicache_storage") or {}
     if storage.get("prime"):  # the storage tier's first prefill, inside the readiness gate (_plan/storage.py)
         spec["prime"] = storage["prime"]
+    if instance.get("pd_role") == "prefill" and instance.get("bootstrap_port"):  # where decodes fetch its KV
+        spec["bootstrap"] = f"{_layout.connect_url(_text(plan.get('host_address')), int(instance['bootstrap_port']))}/health"
     return spec
 
 

@@ -57,6 +57,12 @@ def test_service_records_and_wait_and_idle_specs() -> None:
     # with a storage tier, its prime (the tier's first prefill) is part of the readiness gate
     tiered = {**PLAN, "hicache_storage": {"prime": {"path": "/generate", "body": {"text": "t"}, "timeout": 900}}}
     assert server_plan.wait_spec(PLAN["instances"][0], tiered, {}, "process")["prime"]["timeout"] == 900
+    # a PD prefill is ready once its bootstrap server answers too (where decodes fetch its KV); a decode has none
+    prefill = {**PLAN["instances"][0], "pd_role": "prefill", "bootstrap_port": 8998}
+    assert server_plan.wait_spec(prefill, {**PLAN, "host_address": "0.0.0.0"}, {}, "process")["bootstrap"] == \
+        "http://127.0.0.1:8998/health"
+    assert "bootstrap" not in server_plan.wait_spec({**prefill, "pd_role": "decode", "bootstrap_port": None}, PLAN,
+                                                    {}, "process")
     assert server_plan.idle_spec(PLAN["instances"][1]) == {"name": "gpu1", "url": PLAN["instances"][1]["connect_url"]}
 
 

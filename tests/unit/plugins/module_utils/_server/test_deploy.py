@@ -363,3 +363,19 @@ def test_an_instance_with_a_storage_tier_is_ready_only_once_its_prime_answered()
     assert _deploy.wait_for_ready([{"name": "a", "url": "http://good:1", "prime": prime}], getter=FakeServer({}),
                                   poster=poster)["a"]["ready"]
     assert posted == ["http://good:1/generate many pages 900"]
+
+
+def test_a_prefill_is_ready_only_once_its_bootstrap_server_answers() -> None:
+    """Issue 32: a prefill whose API answers but whose bootstrap server (where decodes fetch its KV)
+    does not is not ready yet: the router would pair it with decodes that cannot get the KV. It is
+    polled until it answers, or the instance's timeout says why."""
+    ticks = iter(float(i) for i in range(1000))
+    fake = FakeServer({"http://10.0.0.1:8998/health": 2, "http://10.0.0.1:8999/health": -1})
+    results = _deploy.wait_for_ready(
+        [{"name": "p", "url": "http://10.0.0.1:30000", "bootstrap": "http://10.0.0.1:8998/health", "timeout": 100},
+         {"name": "q", "url": "http://10.0.0.1:30001", "bootstrap": "http://10.0.0.1:8999/health", "timeout": 20}],
+        getter=fake, clock=lambda: next(ticks), sleep=lambda _s: None)
+    assert results["p"]["ready"] and fake.calls.count("http://10.0.0.1:8998/health") == 3
+    assert not results["q"]["ready"] and results["q"]["reason"] == (
+        "/health_generate answered, but its bootstrap server http://10.0.0.1:8999/health did not (last status no "
+        "answer): decodes could not fetch its KV")
