@@ -244,28 +244,37 @@ def test_1b_generate_through_the_router_a_host_killed_and_restarted_under_it(
     DONE["generate"] = True
 
 
-def test_2_rolling_update_under_load_fails_no_request(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
-    _needs("full")
-    before = _state(fleet)
+def _rolled_under_load(fleet: Fleet, capsys: pytest.CaptureFixture[str], title: str, report: str,
+                       **extra: Any) -> tuple[FleetRun, LoadClient, dict[str, Any], bool]:
+    """deploy.yml of version B under steady load through the router (4 s of it before and after):
+    (the run, the stopped client, its phases, whether it ran throughout), printed and reported."""
     client = LoadClient(fleet.router_url(), concurrency=2, pause=0.05, max_seconds=540).start()
     time.sleep(4)
     client.mark("rollout start")
-    run = _deploy(fleet, "B", sglang_rollout_batch=1)
+    run = _deploy(fleet, "B", **extra)
     client.mark("rollout end")
     time.sleep(4)
     ran_throughout = client.running()  # not stopped by its own bounds before the rollout ended
     client.stop()
     phases = client.phases("rollout start", "rollout end")
-    path = _report(fleet, "rolling-update", {"deploy_seconds": run.seconds, "phases": phases,
-                                             "longest_gap_s": round(client.longest_gap(), 2), **client.dump()})
+    path = _report(fleet, report, {"deploy_seconds": run.seconds, "phases": phases,
+                                   "longest_gap_s": round(client.longest_gap(), 2), **client.dump()})
     with capsys.disabled():
-        print(f"\n[2] rolling update A -> B (batch 1) under load: deploy.yml {run.seconds:.1f} s; "
-              f"{len(client.records)} requests, {len(client.failures())} failed; longest gap between "
-              f"completions {client.longest_gap():.2f} s; report {path}")
+        print(f"\n{title} under load: deploy.yml {run.seconds:.1f} s; {len(client.records)} requests, "
+              f"{len(client.failures())} failed; longest gap between completions {client.longest_gap():.2f} s; "
+              f"report {path}")
         for name, row in phases.items():
             print(f"    {name:6s} {row['seconds']:6.1f} s  ok {row['ok']:5d}  failed {row['failed']}  "
                   f"{row['req_s']:6.2f} req/s  {row['tok_s']:7.1f} tok/s")
         print("    per second (req/s): " + " ".join(str(b["ok"]) for b in client.buckets()))
+    return run, client, phases, ran_throughout
+
+
+def test_2_rolling_update_under_load_fails_no_request(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    _needs("full")
+    before = _state(fleet)
+    run, client, phases, ran_throughout = _rolled_under_load(fleet, capsys, "[2] rolling update A -> B (batch 1)",
+                                                             "rolling-update", sglang_rollout_batch=1)
     assert run.rc == 0, run.out[-5000:]
     assert client.failures() == [], client.failures()[:5]
     assert ran_throughout and all(phases[p]["ok"] > 0 for p in phases), phases
@@ -382,24 +391,9 @@ def test_7_prefill_and_decode_rolled_under_load_fail_no_request(fleet: Fleet, ca
     sides = sorted((w["worker_type"], w["url"].split("//")[1].split(":")[0]) for w in fleet.router_workers())
     assert sides == sorted((side, fleet.address(h)) for h in ("server1", "server2") for side in ("prefill", "decode"))
     before = {h: fleet.pids(h) for h in ("server1", "server2")}
-    client = LoadClient(fleet.router_url(), concurrency=2, pause=0.05, max_seconds=400).start()
-    time.sleep(3)
-    client.mark("rollout start")
-    run = _deploy(fleet, "B", sglang_rollout_batch=1, sglang_router_pd_disaggregation=True)
-    client.mark("rollout end")
-    time.sleep(3)
-    ran_throughout = client.running()
-    client.stop()
-    phases = client.phases("rollout start", "rollout end")
-    path = _report(fleet, "pd-rolling-update", {"deploy_seconds": run.seconds, "phases": phases,
-                                                "longest_gap_s": round(client.longest_gap(), 2), **client.dump()})
-    with capsys.disabled():
-        print(f"\n[7] PD rolling update A -> B (2 hosts x [prefill, decode], batch 1) under load: deploy.yml "
-              f"{run.seconds:.1f} s; {len(client.records)} requests, {len(client.failures())} failed; longest gap "
-              f"{client.longest_gap():.2f} s; report {path}")
-        for name, row in phases.items():
-            print(f"    {name:6s} {row['seconds']:6.1f} s  ok {row['ok']:5d}  failed {row['failed']}  "
-                  f"{row['req_s']:6.2f} req/s")
+    run, client, phases, ran_throughout = _rolled_under_load(
+        fleet, capsys, "[7] PD rolling update A -> B (2 hosts x [prefill, decode], batch 1)", "pd-rolling-update",
+        sglang_rollout_batch=1, sglang_router_pd_disaggregation=True)
     assert run.rc == 0, run.out[-5000:]
     assert client.failures() == [], client.failures()[:5]
     assert ran_throughout and all(phases[p]["ok"] > 0 for p in phases), phases
