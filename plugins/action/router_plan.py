@@ -87,6 +87,7 @@ class ActionModule(ActionBase):
             host_vars = hostvars[host]
             views[host] = {name: plain(host_vars[name]) for name in _rolloutcheck.WANTED if name in host_vars}
         forks = context.CLIARGS.get("forks") if context.CLIARGS else None
-        _rolloutcheck.router_mode_check(views, servers, pd_mode=pd_mode)
+        _rolloutcheck.router_mode_check(views, servers, pd_mode=pd_mode,
+                                        router_host=str(task_vars.get("inventory_hostname") or ""))
         return _rolloutcheck.rollout_check(views, servers, extra_vars=plain(load_extra_vars(self._loader)),
                                            forks=int(forks) if forks else None)

@@ -32,6 +32,7 @@ from ansible_collections.llmops.sglang.plugins.plugin_utils._rollouttime import 
     estimate,
     format_estimate,
 )
+from ansible_collections.llmops.sglang.plugins.plugin_utils._routing import RouterError, worker_types
 
 PLAN_VAR = "__sglang_plan"
 # what the check reads of a server host's hostvars
@@ -103,12 +104,20 @@ def measured_load(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str
     return best
 
 
-def router_mode_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str], *, pd_mode: bool) -> None:
+def router_mode_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str], *, pd_mode: bool,
+                      router_host: str = "") -> None:
     """RolloutError when the router's mode does not fit the planned server hosts, before any host
     changes: prefill/decode instances (sglang_pd) behind a router not in PD mode (it would refuse
     them at registration, after it restarted) or unified instances behind one in PD mode (it
-    routes to prefill and decode workers only)."""
+    routes to prefill and decode workers only); and, for the router on inventory host
+    ``router_host``, a prefill it would register at loopback while a decode runs on another host
+    (``_routing.worker_types``: that decode would ask its own loopback for the KV)."""
     hosts = planned_hosts(hostvars, servers)
+    if pd_mode and router_host:
+        try:
+            worker_types({host: hostvars[host][PLAN_VAR] for host in hosts}, router_host)
+        except RouterError as err:
+            raise RolloutError(str(err)) from None
     sides = {host: pd_sides(hostvars[host][PLAN_VAR]) for host in hosts}
     paired = sorted(host for host, found in sides.items() if found)
     unified = sorted(host for host in hosts if routed_instances(hostvars[host][PLAN_VAR]) > sum(sides[host].values()))
