@@ -19,6 +19,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._shared.releases imp
 )
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import (
     PlanError,
+    by_arch,
     flag_values,
     host_of,
 )
@@ -248,7 +249,8 @@ def plan_host(facts: Mapping[str, Any], req: PlanRequest) -> dict[str, Any]:
     roles = pd_roles(req.pd, [instance_name([int(g["index"]) for g in group]) for group in groups])
     cached = [role != "decode" for role in roles]  # HiCache's instances: a decode has none (pd_decode_settings)
     st = host_settings(req, host, prof, traits, model, sum(cached), warnings)
-    decode_st = pd_decode_settings(st, roles, bool((prof.get("hicache") or {}).get("enabled")), warnings)
+    asked = bool(by_arch((prof.get("hicache") or {}).get("enabled"), str(model["arch"])))  # the profile's HiCache
+    decode_st = pd_decode_settings(st, roles, asked, warnings)
     instances = [build_instance(req, prof, st if cached[index] else decode_st, traits, index, group,
                                 *port_pairs[index], warnings).to_dict()
                  for index, group in enumerate(groups)]
