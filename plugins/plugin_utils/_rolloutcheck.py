@@ -104,6 +104,38 @@ def measured_load(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str
     return best
 
 
+def _argv_value(argv: Sequence[Any], flag: str) -> str | None:
+    argv = [str(a) for a in argv or []]
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
+def pd_agreement(plans: Mapping[str, Mapping[str, Any]]) -> None:
+    """RolloutError when the fleet's prefill/decode hosts disagree on what a pair must share: the
+    transfer backend (a KV sent by one is not read by another), and the bootstrap port a decode
+    falls back to when the router sends none (its host's ``sglang_pd.bootstrap_port``), which must
+    be one that a prefill serves."""
+    backends = {host: str(plan["pd"]["transfer_backend"]) for host, plan in plans.items() if plan.get("pd")}
+    if len(set(backends.values())) > 1:
+        said = ", ".join(f"{host} {backend}" for host, backend in backends.items())
+        raise RolloutError(f"sglang_pd.transfer_backend differs between hosts ({said}): a prefill and a decode "
+                           "of different backends cannot hand KV over; set the same on every host")
+    served, fallbacks = set(), {}
+    for host, plan in plans.items():
+        for inst in plan.get("instances") or []:
+            if inst.get("pd_role") == "prefill" and inst.get("bootstrap_port"):
+                served.add(int(inst["bootstrap_port"]))
+            elif inst.get("pd_role") == "decode":
+                port = _argv_value(inst.get("argv") or [], "--disaggregation-bootstrap-port")
+                if port is not None:
+                    fallbacks.setdefault(int(port), []).append(f"{inst.get('name')} of {host}")
+    stray = {port: names for port, names in fallbacks.items() if served and port not in served}
+    if stray:
+        said = "; ".join(f"{', '.join(names)}: {port}" for port, names in sorted(stray.items()))
+        raise RolloutError(f"decode instances fall back to a bootstrap port no prefill instance serves ({said}; the "
+                           f"prefills serve {', '.join(map(str, sorted(served)))}): set the same "
+                           "sglang_pd.bootstrap_port on every host")
+
+
 def router_mode_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequence[str], *, pd_mode: bool,
                       router_host: str = "") -> None:
     """RolloutError when the router's mode does not fit the planned server hosts, before any host
@@ -113,6 +145,7 @@ def router_mode_check(hostvars: Mapping[str, Mapping[str, Any]], servers: Sequen
     ``router_host``, a prefill it would register at loopback while a decode runs on another host
     (``_routing.worker_types``: that decode would ask its own loopback for the KV)."""
     hosts = planned_hosts(hostvars, servers)
+    pd_agreement({host: hostvars[host][PLAN_VAR] for host in hosts})
     if pd_mode and router_host:
         try:
             worker_types({host: hostvars[host][PLAN_VAR] for host in hosts}, router_host)

@@ -177,3 +177,21 @@ def test_the_routers_mode_must_fit_the_fleet_before_any_host_changes() -> None:
                                            r"the decode instances of s1 cannot reach"):
         router_mode_check(local, SERVERS, pd_mode=True, router_host="s0")
     router_mode_check(local, SERVERS, pd_mode=True, router_host="r1")  # a router elsewhere: advertised URLs
+
+
+def test_the_fleets_pd_hosts_must_agree_on_the_backend_and_the_bootstrap_port() -> None:
+    """A prefill and a decode of different transfer backends cannot hand KV over; a decode whose
+    fallback bootstrap port (its host's sglang_pd.bootstrap_port) no prefill serves is refused too,
+    naming the instances, the ports and the fix."""
+    def host(role: str, port: int, backend: str = "mooncake_tcp") -> dict:
+        inst = {"name": "gpu0", "pd_role": role, "bootstrap_port": port if role == "prefill" else None,
+                "argv": ["--disaggregation-mode", role, "--disaggregation-bootstrap-port", str(port)]}
+        return {"__sglang_plan": {"instances": [inst], "pd": {"transfer_backend": backend}}}
+
+    router_mode_check({"s0": host("prefill", 9000), "s1": host("decode", 9000)}, SERVERS, pd_mode=True)
+    with pytest.raises(RolloutError, match=r"sglang_pd.transfer_backend differs between hosts \(s0 mooncake_tcp, "
+                                           r"s1 nixl\)"):
+        router_mode_check({"s0": host("prefill", 9000), "s1": host("decode", 9000, "nixl")}, SERVERS, pd_mode=True)
+    with pytest.raises(RolloutError, match=r"a bootstrap port no prefill instance serves \(gpu0 of s1: 8998; the "
+                                           r"prefills serve 9000\): set the same sglang_pd.bootstrap_port"):
+        router_mode_check({"s0": host("prefill", 9000), "s1": host("decode", 8998)}, SERVERS, pd_mode=True)
