@@ -38,6 +38,7 @@ def plan(args: Mapping[str, Any], host: str, hostvars: Mapping[str, Any], groups
     candidates = [{**c, "vars": _tune.candidate_vars(c, args.get("extra_args"))}
                   for c in _tune.candidates(args.get("space") or {}, args.get("profiles") or {})]
     hosts = [str(h) for h in args.get("hosts") or []]
+    _tune.refuse_pd({h: (hostvars.get(h) or {}).get("sglang_pd") for h in hosts if h in hostvars})
     classes = _tune.classes(hosts, host_facts(hosts, hostvars), groups, list(args.get("class_groups") or []),
                             str(args.get("vars_dir") or ""))
     mine = next(({"name": name, "value": value} for name, value in classes.items() if host in value["hosts"]), None)

@@ -15,13 +15,17 @@ description:
   - Made on the controller from the host's deployment manifest and the role C(llmops.sglang.bench)'s
     variables (C(sglang_bench_instances), C(sglang_bench_parallel_instances),
     C(sglang_bench_run_on), C(sglang_bench_python), C(sglang_bench_progress_poll),
-    C(sglang_bench_sweep_timeout), C(sglang_bench_heartbeat_limit), C(sglang_bench_run_id)), read from
+    C(sglang_bench_sweep_timeout), C(sglang_bench_heartbeat_limit), C(sglang_bench_run_id),
+    C(sglang_bench_target)), read from
     the task's variables.
     Nothing runs on the host.
   - The instances to sweep - C(sglang_bench_instances), or every instance of the manifest; a
     name the host does not have is warned about, and a list of which the host has none fails,
     naming the host's instances - and the batches they are swept in (one instance each, or all at
     once with C(sglang_bench_parallel_instances)).
+  - Prefill/decode instances (C(sglang_pd)) swept on their own run unpaired, without a KV
+    hand-over - a warning says so unless C(sglang_bench_target=router), whose router sweep is the
+    pair's (with each side's table, RV(plan.worker_metrics)).
   - The URL each sweep is sent to (the instance's C(connect_url) next to the server or on a
     local host, its C(advertise_url) from the controller), where the sweeps run (the host, or
     C(localhost) with C(sglang_bench_run_on=controller)) and with which Python (the controller's

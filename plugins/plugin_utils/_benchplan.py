@@ -18,7 +18,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _detached
 # The role variables the plan reads (each declared in roles/bench/meta/argument_specs.yml).
 VARIABLES = ("sglang_bench_instances", "sglang_bench_parallel_instances", "sglang_bench_run_on",
              "sglang_bench_python", "sglang_bench_progress_poll", "sglang_bench_sweep_timeout",
-             "sglang_bench_run_id", "sglang_bench_heartbeat_limit")
+             "sglang_bench_run_id", "sglang_bench_heartbeat_limit", "sglang_bench_target")
 # How much longer than the sweep's own limit (sglang_bench_sweep_timeout) its async job and
 # sweep_wait wait: a sweep stopped by its limit still reports what it measured.
 JOB_GRACE_S = 120
@@ -130,6 +130,11 @@ def plan(req: BenchHost, *, controller_started: float | None, now: float, contro
     progress = FILES.format(key=run_key, host=req.host, kind="jsonl")
     heartbeat = FILES.format(key=run_key, host=req.host, kind="heartbeat")
     instances, down, warnings = _selected(req)
+    paired = [f"{i['name']} ({i['pd_role']})" for i in instances if i.get("pd_role") and not req.through_router]
+    if paired and variables.get("sglang_bench_target") != "router":  # each runs standalone: not how it serves
+        warnings.append(f"{req.host}: {', '.join(paired)} are prefill/decode instances (sglang_pd): swept on its own "
+                        "each runs unpaired, without a KV hand-over, so these numbers are not the pair's; sweep "
+                        "through the PD router (-e sglang_bench_target=router) for the pair's and each side's")
     sweeps = [{"name": str(i["name"]), "url": sweep_url(i, req.host, run_on),
                "progress_file": progress.replace("{instance}", str(i["name"])),
                "heartbeat_file": heartbeat.replace("{instance}", str(i["name"]))} for i in instances]

@@ -252,6 +252,20 @@ def candidate_vars(candidate: Mapping[str, Any], extra_args: Any = None) -> dict
             "sglang_extra_args": args}
 
 
+def refuse_pd(pd_by_host: Mapping[str, Any]) -> None:
+    """TuneError when a host to tune is a prefill/decode one (``sglang_pd`` with a role): tune
+    deploys each candidate and sweeps one of its instances directly, and a prefill or a decode swept
+    on its own runs unpaired, so its numbers would not be the pair's. Comparing unified against
+    xP:yD splits is not built yet (issue 32)."""
+    pd_hosts = sorted(host for host, value in pd_by_host.items()
+                      if isinstance(value, Mapping) and value.get("role"))
+    if pd_hosts:
+        raise TuneError(f"sglang_pd sets prefill/decode roles on {', '.join(pd_hosts)}: tune sweeps one instance of "
+                        "each candidate directly, and a prefill or a decode swept alone runs unpaired (its numbers "
+                        "are not the pair's); tune these hosts as unified ones (-e '{\"sglang_pd\": {}}'), and "
+                        "measure the split through the PD router (bench.yml -e sglang_bench_target=router)")
+
+
 # ---- the service-level objective ----
 
 # score -> (a level's figure, the bound's key for it, the unit)

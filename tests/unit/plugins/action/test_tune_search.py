@@ -51,6 +51,22 @@ def test_a_bad_input_fails_naming_the_step_and_the_variable() -> None:
         _step({"step": "guess"})
 
 
+def test_hosts_set_to_prefill_and_decode_are_refused_before_anything_is_deployed() -> None:
+    """tune sweeps one instance of each candidate directly: a prefill or a decode swept alone runs
+    unpaired, so a host with sglang_pd roles is refused by the plan step, naming the hosts and the two
+    ways out; sglang_pd: {} (unified) is tuned."""
+    pd_vars = {**HOSTVARS, "b": {**HOSTVARS["b"], "sglang_pd": {"role": ["prefill", "decode"]}},
+               "c": {**HOSTVARS["c"], "sglang_pd": {}}}
+    task = mock.MagicMock(args={"step": "plan", "slo": {}, "space": {"profiles": ["mtp"]}, "hosts": ["a", "b", "c"]},
+                          async_val=0, check_mode=False)
+    action = tune_search.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader=None, templar=None,
+                                      shared_loader_obj=None)
+    got = action.run(task_vars={"inventory_hostname": "a", "hostvars": pd_vars, "groups": GROUPS})
+    assert got["failed"] and "sglang_pd sets prefill/decode roles on b: tune sweeps one instance" in got["msg"]
+    assert "sglang_bench_target=router" in got["msg"]
+    assert not _step({"step": "plan", "slo": {}, "space": {"profiles": ["mtp"]}, "hosts": ["a", "c"]}).get("failed")
+
+
 def test_the_steps_in_the_roles_order_choose_and_report(tmp_path: Path) -> None:
     (cand,) = _step({"step": "plan", "slo": {}, "space": {"profiles": ["mtp_hicache"]}, "hosts": ["a"]})["candidates"]
     probe = _sweep([_pt(*SEED_MTP_HICACHE[0])], 9)

@@ -100,6 +100,11 @@ def test_through_the_router_of_a_pd_deployment_its_workers_metrics_are_read_with
                                    {"name": "node1/gpu1", "url": "http://127.0.0.1:30001", "side": "decode"}]
     unified = plan(manifest=router, through_router=True, workers=[{"host": "node1", "manifest": MANIFEST}])
     assert unified["worker_metrics"] == [] and plan()["worker_metrics"] == []
+    # the same instances swept on their own: each runs unpaired, which the plan says
+    (said,) = plan(manifest={**MANIFEST, "instances": split["instances"][:2]})["warnings"]
+    assert said.startswith("node1: gpu0 (prefill), gpu1 (decode) are prefill/decode instances (sglang_pd): swept on "
+                           "its own each runs unpaired") and "sglang_bench_target=router" in said
+    assert plan(manifest={**MANIFEST, "instances": split["instances"][:2]}, target="router")["warnings"] == []
 
 
 def test_instances_down_are_not_swept_and_come_back_with_their_host() -> None:
