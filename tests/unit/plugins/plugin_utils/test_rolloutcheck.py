@@ -167,12 +167,11 @@ def test_the_routers_mode_must_fit_the_fleet_before_any_host_changes() -> None:
         router_mode_check(mixed, SERVERS, pd_mode=True)
     router_mode_check({"s2": {"__sglang_plan": {"instances": plain}}}, SERVERS, pd_mode=False)
     # a prefill the router (on s0) would register at loopback, and a decode on s1: it could not fetch the KV
-    local = {"s0": {"__sglang_plan": {"instances": [{"name": "gpu0", "pd_role": "prefill", "bootstrap_port": 8998,
-                                                       "connect_url": "http://127.0.0.1:30000",
-                                                       "advertise_url": "http://10.0.0.1:30000"}]}},
-             "s1": {"__sglang_plan": {"instances": [{"name": "gpu0", "pd_role": "decode",
-                                                       "connect_url": "http://127.0.0.1:30000",
-                                                       "advertise_url": "http://10.0.0.2:30000"}]}}}
+    prefill = {"name": "gpu0", "pd_role": "prefill", "bootstrap_port": 8998, "connect_url": "http://127.0.0.1:30000",
+               "advertise_url": "http://10.0.0.1:30000"}
+    decode = {"name": "gpu0", "pd_role": "decode", "connect_url": "http://127.0.0.1:30000",
+              "advertise_url": "http://10.0.0.2:30000"}
+    local = {"s0": {"__sglang_plan": {"instances": [prefill]}}, "s1": {"__sglang_plan": {"instances": [decode]}}}
     with pytest.raises(RolloutError, match=r"prefill instance\(s\) gpu0 of s0 are registered at a loopback URL, which "
                                            r"the decode instances of s1 cannot reach"):
         router_mode_check(local, SERVERS, pd_mode=True, router_host="s0")
