@@ -13,7 +13,8 @@ ignores empty-text chunks, counts them), chunk_tokens tokens per event; the last
 finish_reason "length"; a usage chunk (choices: []) only when stream_options.include_usage, then
 "data: [DONE]" -- the shape of SGLang 0.5.17's streams. A request without "stream" (as
 generate.yml's job sends them) gets the whole JSON response, /v1/chat/completions too. Also: GET /v1/models, /server_info,
-/get_server_info, /health, /health_generate, /get_model_info. Prints "PORT <n>" when listening.
+/get_server_info, /health, /health_generate, /get_model_info. Prints "PORT <n>" (the bound port: --port 0
+picks a free one) at start-up, just before it listens.
 Ids repeat between responses (cached bodies); nothing checks them.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import time
 
 from aiohttp import web
@@ -184,11 +186,19 @@ def main() -> None:
                     web.get("/get_server_info", z.info), web.get("/get_model_info", z.model_info),
                     web.get("/health", z.ok), web.get("/health_generate", z.ok)])
 
+    # the socket is bound here, before the port is announced: with --port 0 the kernel picks a free
+    # one and no other process can take it between the announcement and the listen (two CI stages
+    # running the same tests side by side did, when the test picked the port itself)
+    sock = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((a.host, a.port))
+    port = sock.getsockname()[1]
+
     async def _announce(_app: web.Application) -> None:
-        print(f"PORT {a.port}", flush=True)
+        print(f"PORT {port}", flush=True)
 
     app.on_startup.append(_announce)
-    web.run_app(app, host=a.host, port=a.port, access_log=None, print=None)
+    web.run_app(app, sock=sock, access_log=None, print=None)
 
 
 if __name__ == "__main__":

@@ -157,13 +157,11 @@ def test_merged_health_is_the_worst_process() -> None:
 
 @contextlib.contextmanager
 def zero_process() -> Iterator[str]:
-    """tools/bench/zero_server.py on a free loopback port; its base URL."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(ZERO_SERVER), "--port", str(port)],
+    """tools/bench/zero_server.py on a free loopback port, which it binds itself (--port 0) and
+    announces: a port picked here and passed on could be taken in between (CI, stop 44: the unit
+    and newest-core stages run this module side by side, and one's sweeps reached the other's
+    server, then nothing); its base URL."""
+    proc = subprocess.Popen([sys.executable, str(ZERO_SERVER), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
@@ -171,6 +169,7 @@ def zero_process() -> Iterator[str]:
         line = proc.stdout.readline() if ready else ""
         if not line.startswith("PORT "):
             pytest.fail(f"zero server did not start: {line!r}")
+        port = int(line.split()[1])
         # it prints PORT at the app's start-up, just before it listens
         assert _wait_for(lambda: _accepts(port), 10.0), f"zero server on port {port} does not accept"
         yield f"http://127.0.0.1:{port}"
