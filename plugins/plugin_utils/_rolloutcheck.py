@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import flag_values
 from ansible_collections.llmops.sglang.plugins.plugin_utils._rollout import (
     DEFAULT_BATCH,
     DEFAULTS,
@@ -104,11 +105,6 @@ def measured_load(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str
     return best
 
 
-def _argv_value(argv: Sequence[Any], flag: str) -> str | None:
-    argv = [str(a) for a in argv or []]
-    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
-
-
 def pd_agreement(plans: Mapping[str, Mapping[str, Any]]) -> None:
     """RolloutError when the fleet's prefill/decode hosts disagree on what a pair must share: the
     transfer backend (a KV sent by one is not read by another), and the bootstrap port a decode
@@ -125,7 +121,7 @@ def pd_agreement(plans: Mapping[str, Mapping[str, Any]]) -> None:
             if inst.get("pd_role") == "prefill" and inst.get("bootstrap_port"):
                 served.add(int(inst["bootstrap_port"]))
             elif inst.get("pd_role") == "decode":
-                port = _argv_value(inst.get("argv") or [], "--disaggregation-bootstrap-port")
+                port = flag_values(inst.get("argv") or []).get("--disaggregation-bootstrap-port")
                 if port is not None:
                     fallbacks.setdefault(int(port), []).append(f"{inst.get('name')} of {host}")
     stray = {port: names for port, names in fallbacks.items() if served and port not in served}

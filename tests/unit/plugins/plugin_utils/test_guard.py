@@ -12,6 +12,8 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _guard as g
 
+from ....pdmetrics import pd_metrics
+
 METRICS = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
 COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
@@ -370,11 +372,7 @@ def test_a_pd_canary_whose_requests_fail_to_bootstrap_fails_the_guard() -> None:
     num_transfer_failed_reqs_total) against the baseline's, as error_rate's test; a unified side has
     no such check."""
     def scrape(requests: int, failed: int) -> str:
-        return ("# TYPE sglang:num_requests_total counter\n"
-                f"sglang:num_requests_total{{is_streaming=\"false\"}} {requests}.0\n"
-                "# TYPE sglang:num_bootstrap_failed_reqs_total counter\n"
-                f"sglang:num_bootstrap_failed_reqs_total {failed}.0\n"
-                "# TYPE sglang:num_transfer_failed_reqs_total counter\nsglang:num_transfer_failed_reqs_total 0.0\n")
+        return pd_metrics(requests=requests, bootstrap_failed=failed)
     canary = g.instance_window(scrape(0, 0), scrape(200, 40), 120.0, running_mean=4)
     baseline = g.instance_window(scrape(0, 0), scrape(200, 0), 120.0, running_mean=4)
     verdict = g.decide([canary], [baseline])
@@ -386,18 +384,7 @@ def test_a_pd_canary_whose_requests_fail_to_bootstrap_fails_the_guard() -> None:
 
 
 def _kv_scrape(requests: int, latencies_ms: list[float]) -> str:
-    """A prefill's counters and its sglang:kv_transfer_latency_ms histogram (0.5.17's buckets)."""
-    bounds = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
-    lines = ["# TYPE sglang:num_requests_total counter", f'sglang:num_requests_total{{is_streaming="false"}} {requests}.0',
-             "# TYPE sglang:num_bootstrap_failed_reqs_total counter", "sglang:num_bootstrap_failed_reqs_total 0.0",
-             "# TYPE sglang:num_transfer_failed_reqs_total counter", "sglang:num_transfer_failed_reqs_total 0.0",
-             "# TYPE sglang:kv_transfer_latency_ms histogram",
-             f'sglang:kv_transfer_latency_ms_sum{{tp_rank="0"}} {sum(latencies_ms)}']
-    lines += [f'sglang:kv_transfer_latency_ms_bucket{{le="{float(b)}",tp_rank="0"}} '
-              f'{float(sum(1 for v in latencies_ms if v <= b))}' for b in bounds]
-    lines += [f'sglang:kv_transfer_latency_ms_bucket{{le="+Inf",tp_rank="0"}} {float(len(latencies_ms))}',
-              f'sglang:kv_transfer_latency_ms_count{{tp_rank="0"}} {float(len(latencies_ms))}']
-    return "\n".join(lines) + "\n"
+    return pd_metrics(requests=requests, latencies_ms=latencies_ms)
 
 
 def test_a_pd_canary_whose_kv_transfers_slowed_fails_the_guard() -> None:

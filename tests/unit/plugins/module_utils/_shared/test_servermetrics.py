@@ -13,6 +13,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _sweep as sw
 from ansible_collections.llmops.sglang.plugins.module_utils._bench import progress as _progress
 from ansible_collections.llmops.sglang.plugins.module_utils._shared import servermetrics as sm
 
+from .....pdmetrics import pd_metrics
+
 ROOT = Path(__file__).resolve().parents[5]
 METRICS = ROOT / "tests" / "fixtures" / "metrics"
 
@@ -289,11 +291,7 @@ def test_a_pd_instances_side_of_the_level_and_none_on_a_unified_server() -> None
     the failures over the level (counters); a unified server serves the PD queue gauges at 0 and no
     failure counter: null, no note."""
     def scrape(failed: int, waiting: int) -> str:
-        return ("# TYPE sglang:num_decode_transfer_queue_reqs gauge\n"
-                f"sglang:num_decode_transfer_queue_reqs{{engine_type=\"unified\"}} {waiting}.0\n"
-                "# TYPE sglang:num_bootstrap_failed_reqs_total counter\n"
-                f"sglang:num_bootstrap_failed_reqs_total {failed}.0\n"
-                "# TYPE sglang:num_transfer_failed_reqs_total counter\nsglang:num_transfer_failed_reqs_total 0.0\n")
+        return pd_metrics(bootstrap_failed=failed, decode_waiting=waiting)
     samples = sm.GaugeSamples()
     for waiting in (0, 3, 1):
         samples.add(sm.parse(scrape(2, waiting)))
@@ -309,17 +307,7 @@ def test_a_pd_instances_side_of_the_level_and_none_on_a_unified_server() -> None
 
 
 def _prefill(requests: int, latencies_ms: list[float], inflight: int = 0, running: int = 0) -> str:
-    """A PD prefill's /metrics as SGLang 0.5.17 serves them: failure counters, queue gauge and its
-    kv_transfer_latency_ms histogram (_sum and _count are what the level reads)."""
-    return ("# TYPE sglang:num_running_reqs gauge\n"
-            f"sglang:num_running_reqs {running}.0\n"
-            "# TYPE sglang:num_prefill_inflight_queue_reqs gauge\n"
-            f"sglang:num_prefill_inflight_queue_reqs {inflight}.0\n"
-            "# TYPE sglang:num_bootstrap_failed_reqs_total counter\nsglang:num_bootstrap_failed_reqs_total 0.0\n"
-            "# TYPE sglang:num_transfer_failed_reqs_total counter\nsglang:num_transfer_failed_reqs_total 0.0\n"
-            "# TYPE sglang:kv_transfer_latency_ms histogram\n"
-            f"sglang:kv_transfer_latency_ms_sum{{tp_rank=\"0\"}} {sum(latencies_ms)}\n"
-            f"sglang:kv_transfer_latency_ms_count{{tp_rank=\"0\"}} {float(len(latencies_ms))}\n")
+    return pd_metrics(latencies_ms=latencies_ms, prefill_inflight=inflight, running=running)
 
 
 def test_a_prefills_kv_hand_overs_and_each_side_summed_over_its_instances() -> None:

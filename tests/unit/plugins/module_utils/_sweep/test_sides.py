@@ -7,14 +7,11 @@ import asyncio
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.sides import WorkerScrapes
 
+from .....pdmetrics import pd_metrics
+
 
 def _text(transfers: int, waiting: int = 0) -> str:
-    return ("# TYPE sglang:num_decode_transfer_queue_reqs gauge\n"
-            f"sglang:num_decode_transfer_queue_reqs {waiting}.0\n"
-            "# TYPE sglang:num_bootstrap_failed_reqs_total counter\nsglang:num_bootstrap_failed_reqs_total 0.0\n"
-            "# TYPE sglang:num_transfer_failed_reqs_total counter\nsglang:num_transfer_failed_reqs_total 0.0\n"
-            "# TYPE sglang:kv_transfer_latency_ms histogram\n"
-            f"sglang:kv_transfer_latency_ms_sum {4.0 * transfers}\nsglang:kv_transfer_latency_ms_count {transfers}.0\n")
+    return pd_metrics(latencies_ms=[4.0] * transfers, decode_waiting=waiting)
 
 
 def test_the_workers_are_read_around_the_level_and_sampled_during_it() -> None:
