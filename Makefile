@@ -91,8 +91,11 @@ lint: setup
 	$(BIN)/$(VERMIN) $(HOST_SIDE_PY)
 	$(BIN)/ansible-lint --profile production --offline playbooks roles molecule inventories
 
+# The ports unit tests hand to the processes they start (tests/ports.py, free_port): 2000-9999, below
+# the integration harness's and the kernel's ephemeral range; unit takes the first half, unit-newcore
+# (beside it in make test and .ci/run) the second.
 unit: setup router
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 4 --dist worksteal --durations=0 tests/unit
+	LLMOPS_UNIT_PORT_SHARE=0/2 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 4 --dist worksteal --durations=0 tests/unit
 
 # The ports of the integration tests (tests/integration/conftest.py, free_port_block): integration
 # takes the first third of them, e2e the second, integration-newcore the last, so that the three can
@@ -208,7 +211,7 @@ test-newcore: unit-newcore integration-newcore sanity-newcore
 
 unit-newcore: router setup-newcore
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP unit-newcore: no Python >= 3.12 found"; exit 0; fi; \
-	PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 4 --dist worksteal --durations=0 --ansible-facing tests/unit
+	LLMOPS_UNIT_PORT_SHARE=1/2 PATH="$(CURDIR)/$(VENV_NEW)/bin:$$PATH" $(VENV_NEW)/bin/pytest -q -n 4 --dist worksteal --durations=0 --ansible-facing tests/unit
 
 integration-newcore: router setup-newcore
 	@if [ -z "$(PYTHON_NEW)" ]; then echo "SKIP integration-newcore: no Python >= 3.12 found"; exit 0; fi; \

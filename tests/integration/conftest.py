@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,86 +16,11 @@ import pytest
 import yaml
 
 from .. import phases
+from ..ports import free_port_block  # noqa: F401 - the harness's tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-_GIVEN: set[int] = set()  # every port this test process handed out (HTTP and NCCL)
-_CURSOR: list[int] = []  # where this process's next block is looked for
-
-
-def _share() -> tuple[int, int]:
-    """This pytest run's share of the ports, from LLMOPS_TEST_PORT_SHARE=K/N (the K-th of N,
-    from 0): runs side by side (.ci/run's integration beside e2e) each take their own share, so
-    their xdist workers gw0, gw1 ... never hand out the same ports. 0/1 (all of them) without it."""
-    text = os.environ.get("LLMOPS_TEST_PORT_SHARE", "") or "0/1"
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise RuntimeError(f"LLMOPS_TEST_PORT_SHARE={text!r}: expected K/N, e.g. 1/2") from None
-    if not 0 <= index < count:
-        raise RuntimeError(f"LLMOPS_TEST_PORT_SHARE={text!r}: K must be 0 to N - 1")
-    return index, count
-
-
-def _worker_span() -> tuple[int, int]:
-    """This pytest-xdist worker's own slice of the ports below the ephemeral range, within this
-    run's share (_share): the workers of one run never hand out the same port (two random blocks
-    did collide: a router's Prometheus port on the next test's gpu1, "address already in use")."""
-    low, _ = _ephemeral_range()
-    top = max(low - 1, 10001)
-    share, shares = _share()
-    share_size = max((top - 10000) // shares, 1)
-    bottom = 10000 + share * share_size
-    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    index = int(worker[2:]) if worker[2:].isdigit() else 0
-    size = max(share_size // count, 1)
-    return bottom + index * size, bottom + (index + 1) * size
-
-
-def free_port_block(count: int) -> int:
-    """A base port with `count` consecutive free ports (and base + 1000 ... for NCCL), below
-    the kernel's ephemeral range: a sweep's thousands of client connections (and their
-    TIME-WAIT) live in that range and would make a port there unbindable at random. Each
-    xdist worker takes blocks from its own slice, never one this process handed out before,
-    and probes each port with SO_REUSEADDR, as the servers bind (another program may hold it)."""
-    start, end = _worker_span()
-    last = end - 1000 - count  # the block's NCCL ports stay inside the slice too
-    if last <= start:
-        raise RuntimeError(f"no room for a block of {count} ports in {start}..{end}")
-    if not _CURSOR:  # a random start, so two runs side by side seldom probe the same ports
-        _CURSOR.append(random.randrange(start, start + max((last - start) // 2, 1)))
-    for _ in range(last - start):
-        base = _CURSOR[0]
-        _CURSOR[0] = base + 1 if base + 1 < last else start
-        ports = list(range(base, base + count)) + list(range(base + 1000, base + 1000 + count))
-        if _GIVEN.intersection(ports) or not all(_bindable(port) for port in ports):
-            continue
-        _GIVEN.update(ports)
-        _CURSOR[0] = base + count if base + count < last else start
-        return base
-    raise RuntimeError(f"no free block of {count} ports in {start}..{end}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 _STARTED: dict[int, tuple[str, float]] = {}  # a background playbook's pid: its name, when it started

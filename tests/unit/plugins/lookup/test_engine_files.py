@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,18 +27,14 @@ from ansible_collections.llmops.sglang.plugins.lookup import engine_files as loo
 from ansible_collections.llmops.sglang.plugins.module_utils import _engine
 from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases
 
+from ....ports import free_port
+
 ROOT = Path(__file__).resolve().parents[4]
 SHIM = ROOT / "roles" / "server" / "files" / "sglang"
 MODEL = ROOT / "data" / "models" / "qwen3-0.6b-dense"
 RELEASE = _releases.DEFAULT_RELEASE
 START_TIMEOUT = 30.0
 PREFIX = "ansible_collections/llmops/sglang/"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _engine_root(base: Path, files: list[dict[str, str]]) -> Path:
@@ -81,7 +76,7 @@ class _Server:
     """``python -m sglang.launch_server`` from an engine root, in its own session."""
 
     def __init__(self, root: Path, model: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.log = root.parent / "server.log"
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(

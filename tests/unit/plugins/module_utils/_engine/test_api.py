@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from .....ports import free_port
+
 ROOT = Path(__file__).resolve().parents[5]
 ENGINE_MODULE = "ansible_collections.llmops.sglang.plugins.module_utils._engine"
 RELEASE = "0.5.17"  # the release of the recordings
@@ -29,12 +31,6 @@ START_TIMEOUT = 30.0
 # ------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(ROOT / "collections")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
@@ -187,7 +183,7 @@ def dense(rec: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     tmp = tmp_path_factory.mktemp("dense")
     model = _model_dir(tmp, "qwen3-0.6b-dense", rec / "dense")
     # slower clock for this one so that the 503 phase is observable by polling
-    server = Server(_recorded_argv(rec / "dense", model, _free_port()), tmp, "dense",
+    server = Server(_recorded_argv(rec / "dense", model, free_port()), tmp, "dense",
                     LLMOPS_SIM_TIME_SCALE="0.01")
     try:
         server.wait_ready()
@@ -200,7 +196,7 @@ def dense(rec: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
 def hybrid(rec: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("hybrid")
     model = _model_dir(tmp, "qwen35-hybrid-small", rec / "hybrid")
-    server = Server(_recorded_argv(rec / "hybrid", model, _free_port()), tmp, "hybrid",
+    server = Server(_recorded_argv(rec / "hybrid", model, free_port()), tmp, "hybrid",
                     LLMOPS_SIM_ACCEPT_LENGTH="3")
     try:
         server.wait_ready()
@@ -241,7 +237,7 @@ def test_startup_log_lines(dense: Server, hybrid: Server, rec: Path) -> None:
 def test_release_0510_and_sigterm_exits_zero(rec: Path, tmp_path: Path) -> None:
     model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
     traits = json.loads((ROOT / "data" / "releases.json").read_text())["0.5.10"]
-    server = Server(["--model-path", model, "--port", str(_free_port())], tmp_path, "term",
+    server = Server(["--model-path", model, "--port", str(free_port())], tmp_path, "term",
                     LLMOPS_SGLANG_RELEASE="0.5.10")
     try:
         server.wait_ready()
@@ -426,7 +422,7 @@ def test_speculative_chunks_carry_several_tokens(hybrid: Server) -> None:
 
 def test_requests_beyond_max_running_queue(rec: Path, tmp_path: Path) -> None:
     model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
-    server = Server(["--model-path", model, "--port", str(_free_port()), "--enable-metrics",
+    server = Server(["--model-path", model, "--port", str(free_port()), "--enable-metrics",
                      "--max-running-requests", "2"], tmp_path, "queue",
                     LLMOPS_SIM_TIME_SCALE="0.01")
     try:
@@ -521,7 +517,7 @@ def test_metrics_names_and_labels(dense: Server, hybrid: Server, rec: Path) -> N
 
 def test_api_key_and_no_metrics_without_flag(rec: Path, tmp_path: Path) -> None:
     model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
-    port = _free_port()
+    port = free_port()
     server = Server(["--model-path", model, "--port", str(port), "--api-key", "sekret"],
                     tmp_path, "auth")
     try:
@@ -550,14 +546,14 @@ def test_unknown_flag_exits_2(tmp_path: Path) -> None:
 
 
 def test_missing_config_json(tmp_path: Path) -> None:
-    res = _run_engine(["--model-path", str(tmp_path / "nothing"), "--port", str(_free_port())])
+    res = _run_engine(["--model-path", str(tmp_path / "nothing"), "--port", str(free_port())])
     assert res.returncode != 0
     assert "config.json" in res.stderr
 
 
 def test_unknown_gpu(rec: Path, tmp_path: Path) -> None:
     model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
-    res = _run_engine(["--model-path", model, "--port", str(_free_port())],
+    res = _run_engine(["--model-path", model, "--port", str(free_port())],
                       LLMOPS_SIM_GPUS="Imaginary GPU 9000")
     assert res.returncode != 0
     assert "Imaginary GPU 9000" in res.stderr
@@ -576,7 +572,7 @@ def test_port_in_use(rec: Path, tmp_path: Path) -> None:
 
 def test_hicache_larger_than_host(rec: Path, tmp_path: Path) -> None:
     model = _model_dir(tmp_path, "qwen35-hybrid-small", rec / "hybrid")
-    argv = _recorded_argv(rec / "hybrid", model, _free_port())
+    argv = _recorded_argv(rec / "hybrid", model, free_port())
     res = _run_engine(argv, LLMOPS_SIM_HOST_MEM_AVAILABLE_GB="12")
     assert res.returncode != 0
     assert "Not enough host memory" in res.stderr
@@ -652,7 +648,7 @@ def test_loads_per_release(rec: Path, tmp_path: Path, release: str) -> None:
     0.5.23: no /get_load, num_prealloc_ready_tokens in the snapshot."""
     traits = json.loads((ROOT / "data" / "releases.json").read_text())[release]
     model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
-    server = Server(["--model-path", model, "--port", str(_free_port())], tmp_path, release,
+    server = Server(["--model-path", model, "--port", str(free_port())], tmp_path, release,
                     LLMOPS_SGLANG_RELEASE=release)
     try:
         server.wait_ready()
@@ -683,7 +679,7 @@ def test_health_503_while_draining(rec: Path, tmp_path: Path) -> None:
     """After SIGTERM /health answers 503 (with the real server's line) until the server is
     gone, so a router stops sending to it; in-flight requests still finish or are cut."""
     model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
-    server = Server(["--model-path", model, "--port", str(_free_port())], tmp_path, "drain",
+    server = Server(["--model-path", model, "--port", str(free_port())], tmp_path, "drain",
                     LLMOPS_SIM_TIME_SCALE="0.01")
     try:
         server.wait_ready()
@@ -726,7 +722,7 @@ def test_startup_scale_sets_the_start_ups_pace_apart_from_the_requests(rec: Path
     the start-up at 0.001 the server is ready within the usual bound, and still says it runs at
     the requests' scale."""
     model = _model_dir(tmp_path, "qwen3-0.6b-dense", rec / "dense")
-    server = Server(["--model-path", model, "--port", str(_free_port())], tmp_path, "startup",
+    server = Server(["--model-path", model, "--port", str(free_port())], tmp_path, "startup",
                     LLMOPS_SIM_TIME_SCALE="100", LLMOPS_SIM_STARTUP_SCALE="0.001")
     try:
         server.wait_ready()
@@ -735,5 +731,5 @@ def test_startup_scale_sets_the_start_ups_pace_apart_from_the_requests(rec: Path
         assert "The server is fired up and ready to roll!" in server.log()
     finally:
         server.stop()
-    bad = _run_engine(["--model-path", model, "--port", str(_free_port())], LLMOPS_SIM_STARTUP_SCALE="fast")
+    bad = _run_engine(["--model-path", model, "--port", str(free_port())], LLMOPS_SIM_STARTUP_SCALE="fast")
     assert bad.returncode == 1 and "invalid LLMOPS_SIM_STARTUP_SCALE='fast'" in bad.stderr + bad.stdout

@@ -6,7 +6,6 @@ health check, SGLang's fake host) runs standalone."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -18,13 +17,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.disagg impor
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
 
+from .....ports import free_port
 from .test_radixcache import DENSE, make_engine, metric
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _engines(port: int) -> tuple[Any, Any]:
@@ -57,7 +51,7 @@ async def _serving(engines: tuple[Any, ...], body: Any) -> Any:
 
 
 def test_the_decode_side_generates_from_the_kv_the_prefill_side_computed() -> None:
-    port = _free_port()
+    port = free_port()
     prefill, decode = _engines(port)
     body = {"text": "a long shared system prompt " * 80, "sampling_params": {"max_new_tokens": 16},
             "bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": 4242}
@@ -99,8 +93,8 @@ def test_a_prefill_out_of_reach_fails_the_request_and_a_health_check_runs_standa
     from ansible_collections.llmops.sglang.plugins.module_utils._engine import disagg
 
     monkeypatch.setattr(disagg, "CONNECT_ATTEMPTS", 1)
-    _, decode = _engines(_free_port())
-    nowhere = _free_port()
+    _, decode = _engines(free_port())
+    nowhere = free_port()
     body = {"text": "hello", "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
             "bootstrap_port": nowhere, "bootstrap_room": 1}
     fake = dict(body, bootstrap_host=FAKE_BOOTSTRAP_HOST)

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.perfmodel.ba
 from ansible_collections.llmops.sglang.plugins.module_utils._engine.server import HttpServer
 from ansible_collections.llmops.sglang.plugins.module_utils._shared import flags as _flags
 from ansible_collections.llmops.sglang.plugins.module_utils._shared import releases as _releases
+
+from .....ports import free_port
 
 ROOT = Path(__file__).resolve().parents[5]
 MODEL = ROOT / "data" / "models" / "qwen3-0.6b-dense"
@@ -313,9 +314,7 @@ def _http(method: str, url: str, body: Any = None) -> tuple[int, bytes]:
 
 def test_engine_process_takes_the_faults_from_its_environment(tmp_path: Path) -> None:
     """The whole path a deploy uses: the instance's environment -> cli -> the serving engine."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, LLMOPS_SGLANG_RELEASE=RELEASE, LLMOPS_SIM_GPUS="NVIDIA H200",
                CUDA_VISIBLE_DEVICES="0", LLMOPS_SIM_TIME_SCALE="0.001",
                LLMOPS_SIM_HOST_MEM_AVAILABLE_GB="200",

@@ -25,18 +25,14 @@ import pytest
 from ansible_collections.llmops.sglang.plugins.module_utils import _detached as d
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import fleet
 
+from .....ports import free_port
+
 ROOT = Path(__file__).resolve().parents[5]
 ENGINE_MODULE = "ansible_collections.llmops.sglang.plugins.module_utils._engine"
 DENSE = str(ROOT / "data" / "models" / "qwen3-0.6b-dense")
 START_TIMEOUT = 30.0
 GONE_TIMEOUT = 15.0
 PEER_LOST = "Connection closed by peer [127.0.0.1]:"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -68,7 +64,7 @@ class Node:
     def __init__(self, tmp: Path, rank: int, dist_port: int, release: str = "0.5.17",
                  extra: tuple[str, ...] = ()) -> None:
         self.rank = rank
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         argv = ["--model-path", DENSE, "--host", "127.0.0.1", "--port", str(self.port),
                 "--tp", "2", "--nnodes", "2", "--node-rank", str(rank),
@@ -144,7 +140,7 @@ def nodes() -> Iterator[list[Node]]:
 def _pair(tmp: Path, nodes: list[Node], release: str = "0.5.17") -> tuple[Node, Node]:
     """Rank 1 first, rank 0 a moment later: both ready (rank 0's /health 200, rank 1's
     placeholder up)."""
-    dist_port = _free_port()
+    dist_port = free_port()
     rank1 = Node(tmp, 1, dist_port, release)
     nodes.append(rank1)
     time.sleep(0.5)
@@ -188,7 +184,7 @@ def test_topology_from_args() -> None:
 # ------------------------------------------------------------------------------------------
 def test_rank1_first_then_rank0_serves_and_losing_rank1_takes_rank0_down(
         tmp_path: Path, nodes: list[Node]) -> None:
-    dist_port = _free_port()
+    dist_port = free_port()
     rank1 = Node(tmp_path, 1, dist_port)
     nodes.append(rank1)
     time.sleep(1.0)
@@ -240,7 +236,7 @@ def test_rank1_first_then_rank0_serves_and_losing_rank1_takes_rank0_down(
 
 
 def test_rank0_alone_fails_at_its_dist_timeout(tmp_path: Path, nodes: list[Node]) -> None:
-    rank0 = Node(tmp_path, 0, _free_port(), extra=("--dist-timeout", "1"))
+    rank0 = Node(tmp_path, 0, free_port(), extra=("--dist-timeout", "1"))
     nodes.append(rank0)
     started = time.monotonic()
     assert _wait_for(lambda: rank0.get("/health")[0] == 503, 10.0)
@@ -254,7 +250,7 @@ def test_rank0_alone_fails_at_its_dist_timeout(tmp_path: Path, nodes: list[Node]
 
 
 def test_rank1_alone_fails_at_its_dist_timeout(tmp_path: Path, nodes: list[Node]) -> None:
-    dist_port = _free_port()
+    dist_port = free_port()
     rank1 = Node(tmp_path, 1, dist_port, extra=("--dist-timeout", "1"))
     nodes.append(rank1)
     assert rank1.wait_exit() == -signal.SIGKILL

@@ -5,7 +5,6 @@ client, eviction at the watermark, and two engines where a page one wrote is the
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -23,15 +22,10 @@ from ansible_collections.llmops.sglang.plugins.module_utils._engine.storeclient 
     parse_segment,
 )
 
+from .....ports import free_port
 from .test_radixcache import DENSE, make_engine, metric, run, send, shared_prefix
 
 ROOT = Path(__file__).resolve().parents[5]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -45,7 +39,7 @@ def fixture_master(request: pytest.FixtureRequest) -> Any:
     the real master's client_ttl (10 s) unless a test asks for another (``@pytest.mark.parametrize``
     of ``master`` with ``indirect=True``)."""
     ttl = getattr(request, "param", 10)
-    rpc, metrics = _free_port(), _free_port()
+    rpc, metrics = free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ansible_collections.llmops.sglang.plugins.module_utils._engine.kvstore",
          f"--rpc_port={rpc}", "--rpc_address=127.0.0.1", f"--metrics_port={metrics}", "--metrics_host", "127.0.0.1",
@@ -149,7 +143,7 @@ def test_a_client_that_stops_pinging_loses_its_segment_and_a_master_out_of_reach
     assert seen["master_active_clients"] == 1 and seen["master_key_count"] == 0  # the other one stayed
     assert stays.lookup(ids, 0, 640) == 0
     with pytest.raises(StoreError, match="Failed to setup Mooncake store"):
-        StoreClient({"master_server_address": f"127.0.0.1:{_free_port()}"}, "m", 64, 1)
+        StoreClient({"master_server_address": f"127.0.0.1:{free_port()}"}, "m", 64, 1)
     with pytest.raises(StoreError, match="master_server_address or client_server_address is required"):
         StoreClient({}, "m", 64, 1)
     assert parse_segment("4gb") == 4 * 2**30 and parse_segment(123) == 123 and parse_segment("77") == 77

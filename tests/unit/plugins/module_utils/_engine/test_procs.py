@@ -23,6 +23,8 @@ import pytest
 from ansible_collections.llmops.sglang.plugins.module_utils import _detached as d
 from ansible_collections.llmops.sglang.plugins.module_utils._engine import procs as ep
 
+from .....ports import free_port
+
 ROOT = Path(__file__).resolve().parents[5]
 ENGINE_MODULE = "ansible_collections.llmops.sglang.plugins.module_utils._engine"
 DENSE = str(ROOT / "data" / "models" / "qwen3-0.6b-dense")
@@ -35,12 +37,6 @@ MARKER = "sglang-test-procs"
 # ------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(ROOT / "collections")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -121,7 +117,7 @@ class Engine:
 
     def __init__(self, tmp: Path, groups: Groups, argv: list[str], name: str = "engine",
                  port: int | None = None, **env: str) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.argv = ["--model-path", DENSE, "--port", str(self.port), *argv]
         self.err_path = tmp / f"{name}.stderr"
         with open(self.err_path, "w") as err, open(tmp / f"{name}.stdout", "w") as out:
@@ -389,7 +385,7 @@ def test_failed_starts_leave_no_child(tmp_path: Path, groups: Groups) -> None:
 
 
 def test_detached_service_stop_leaves_no_process(tmp_path: Path, groups: Groups) -> None:
-    port = _free_port()
+    port = free_port()
     env = _env()
     exports = "".join(f"export {k}={_q(v)}\n" for k, v in env.items()
                       if k.startswith(("LLMOPS_", "CUDA_", "PYTHONPATH")) and k != d.MARKER_ENV)

@@ -7,7 +7,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import job, runner
 from ansible_collections.llmops.sglang.plugins.module_utils._generate import store as st
 
+from .....ports import free_port
 from .fakeserver import FakeServer, write_input
 
 ROOT = Path(__file__).resolve().parents[5]
@@ -40,9 +40,7 @@ def lines(folder: Path) -> dict[str, list[dict]]:
 
 
 def dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed when the block ends: refused
+    return f"http://127.0.0.1:{free_port()}"  # a port nothing listens on: refused
 
 
 def test_every_request_once_in_the_batch_output_format_with_its_usage(tmp_path: Path, server: FakeServer) -> None:

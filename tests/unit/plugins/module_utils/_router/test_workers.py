@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._router import worke
 from ansible_collections.llmops.sglang.plugins.module_utils._server import layout as _layout
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _routing
 
+from .....ports import free_port
+
 ROOT = Path(__file__).resolve().parents[5]
 ROUTER_PY = ROOT / ".venv-router" / "bin" / "python"
 ENGINE_MODULE = "ansible_collections.llmops.sglang.plugins.module_utils._engine"
@@ -30,12 +31,6 @@ START_TIMEOUT = 60.0
 # Fast health checks, as the role runs them for rollouts (the router's own default is 60 s).
 FAST_HEALTH = ["--health-check-interval-secs", "1", "--health-failure-threshold", "2",
                "--health-success-threshold", "1"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str, headers: dict[str, str] | None = None, body: Any = None) -> tuple[int, bytes]:
@@ -99,18 +94,18 @@ class Router(Proc):
         if not ROUTER_PY.exists():
             pytest.fail(f"no sglang-router installation at {ROUTER_PY}: run `make router` (creates .venv-router "
                         "from requirements-router.txt)")
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__([str(ROUTER_PY), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
                           "--port", str(self.port), "--prometheus-host", "127.0.0.1",
-                          "--prometheus-port", str(_free_port()), *FAST_HEALTH, *extra, "--worker-urls"],
+                          "--prometheus-port", str(free_port()), *FAST_HEALTH, *extra, "--worker-urls"],
                          tmp / f"router-{self.port}.log")
         self.wait_http(self.url + "/health")
 
 
 class Engine(Proc):
     def __init__(self, tmp: Path, *extra: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), LLMOPS_SGLANG_RELEASE="0.5.23",
                    LLMOPS_SIM_GPUS="NVIDIA H200", CUDA_VISIBLE_DEVICES="0", LLMOPS_SIM_TIME_SCALE="0.001",
@@ -311,7 +306,7 @@ def test_a_stopped_worker_turns_unhealthy_and_back(router: Router, tmp_path: Pat
 
 
 def test_a_worker_that_never_answers_fails_with_the_routers_view(router: Router) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     client = r.RouterClient(router.url)
     start = time.monotonic()
     with pytest.raises(r.RouterError) as err:
@@ -323,13 +318,13 @@ def test_a_worker_that_never_answers_fails_with_the_routers_view(router: Router)
 
 
 def test_unreachable_router_is_named() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(r.RouterError, match=rf"cannot reach the router at {url} .*sglang_router_port"):
         r.reconcile(r.RouterClient(url, timeout=2), ["http://127.0.0.1:1"], "present")
 
 
 def test_check_mode_before_the_routers_first_start_would_add_everything() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     would = r.reconcile(r.RouterClient(url, timeout=2), ["http://10.0.0.11:30000/"], "exact", check_mode=True)
     assert (would.changed, would.added, would.removed, would.workers) == (True, ["http://10.0.0.11:30000"], [], [])
     assert "in check mode that is taken as a router with no worker yet" in would.msg
@@ -395,7 +390,7 @@ def test_module_check_diff_then_change(router: Router, engines: list[Engine]) ->
 
 
 def test_module_failure_names_the_router() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     failed = _ansible({"router_url": url, "workers": ["http://127.0.0.1:1"], "request_timeout": 2})
     assert failed["_status"].startswith("FAILED") and f"cannot reach the router at {url}" in failed["msg"]
 

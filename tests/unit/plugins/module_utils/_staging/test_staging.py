@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._staging.listing imp
 from ansible_collections.llmops.sglang.plugins.module_utils._staging.verify import problem
 
 from .....hubserver import HubServer, demo_repo, git_blob_sha1
+from .....ports import free_port
 
 ROOT = Path(__file__).resolve().parents[5]
 TOKEN = "hf_TestTokenNeverLeaks0123456789"
@@ -244,9 +244,7 @@ def test_resolve_branch_to_commit(server, repo):
 def test_a_hub_that_does_not_answer_is_told_apart_from_an_answer(repo):
     """Issue 28 item 9: a deploy may go on with what is staged when the Hub did not answer
     (refused here), never when it answered that the revision is not there (above)."""
-    with socket.socket() as sock:  # a port nothing listens on: connection refused
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = free_port()  # a port nothing listens on: connection refused
     with pytest.raises(StageError, match="could not resolve") as err:
         hub.resolve(f"http://127.0.0.1:{closed}", repo.name, "main", None)
     assert err.value.details == {"unreachable": True}

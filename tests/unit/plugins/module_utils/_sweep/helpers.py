@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from .....ports import free_port
 from .....procs import client_pids
 
 UNIT = Path(__file__).resolve().parents[3]  # tests/unit: knownrate_server.py
@@ -127,11 +128,7 @@ ENGINE_ENV = {
 @contextlib.contextmanager
 def engine_process(log: Path, *extra_argv: str, scale: float = ENGINE_SCALE) -> Iterator[str]:
     """The embedded engine (ENGINE_ARGV and ``extra_argv``) on a free loopback port; its URL."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), **dict(ENGINE_ENV, LLMOPS_SIM_TIME_SCALE=str(scale)))
     env.pop("LLMOPS_SIM_ACCEPT_LENGTH", None)
     with open(log, "w") as out:
