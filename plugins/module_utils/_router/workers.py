@@ -284,6 +284,9 @@ def _wait_failure(client: RouterClient, lingering: list[str], unhealthy: list[st
         job = (record or {}).get("job_status") or {}
         if job:
             view = f"its registration is {job.get('status', '?')}" + (f" ({job['message']})" if job.get("message") else "")
+            if job.get("status") == "processing":  # a DELETE does not stop it (sglang-router 0.3.2)
+                view += (" (the router goes on retrying it for its --worker-startup-timeout-secs and lists it"
+                         " once it answers)")
         else:
             view = "the router does not list it"
         problems.append(f"{url} never became healthy: {view}; can the router's host reach {url}/health?")

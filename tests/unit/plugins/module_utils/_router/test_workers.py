@@ -314,6 +314,7 @@ def test_a_worker_that_never_answers_fails_with_the_routers_view(router: Router)
     assert time.monotonic() - start < 60  # the 3 s timeout and the router's answers, never a hang
     msg = str(err.value)
     assert dead in msg and "never became healthy" in msg and "registration is processing" in msg
+    assert "goes on retrying it for its --worker-startup-timeout-secs and lists it once it answers" in msg
     assert f"{dead}/health" in msg
 
 
