@@ -17,6 +17,12 @@ options:
         stops on its O(heartbeat_file)).
     type: bool
     default: true
+  sweep:
+    description:
+      - One sweep of the bench role's plan (M(llmops.sglang.bench_plan)'s C(plan.sweeps) item) - its
+        C(url), C(pd), C(worker_metrics), C(progress_file) and C(heartbeat_file), each as if given as
+        the option of its name (a key the task gives too is the task's); its other keys are not read.
+    type: dict
   options_from_role:
     description:
       - Take every documented option the task does not give from that role's variables,

@@ -23,9 +23,13 @@ description:
     name the host does not have is warned about, and a list of which the host has none fails,
     naming the host's instances - and the batches they are swept in (one instance each, or all at
     once with C(sglang_bench_parallel_instances)).
-  - Prefill/decode instances (C(sglang_pd)) swept on their own run unpaired, without a KV
-    hand-over - a warning says so unless C(sglang_bench_target=router), whose router sweep is the
-    pair's (with each side's table, RV(plan.worker_metrics)).
+  - A host's prefill/decode instances (C(sglang_pd)) are swept as the pair they are - one sweep,
+    named after them (C(gpu1+gpu0), decodes first), whose requests go each to a prefill and a decode
+    with a bootstrap room as the PD router sends them (M(llmops.sglang.throughput_sweep)'s
+    O(llmops.sglang.throughput_sweep#module:pd)), with each side's C(/metrics) read. Every PD instance
+    of the host that is up takes part, whichever C(sglang_bench_instances) named. A host with one side
+    only (its pairs span hosts) cannot pair on its own - each instance is swept unpaired, with a
+    warning naming the PD router's sweep (C(sglang_bench_target=router)) as the pair's.
   - The URL each sweep is sent to (the instance's C(connect_url) next to the server or on a
     local host, its C(advertise_url) from the controller), where the sweeps run (the host, or
     C(localhost) with C(sglang_bench_run_on=controller)) and with which Python (the controller's
@@ -60,8 +64,8 @@ options:
   workers:
     description:
       - With O(through_router), the deployments behind the router, each C({host, manifest}). When
-        one of their instances is a prefill or a decode (C(sglang_pd)), RV(plan.worker_metrics)
-        lists every rank-0 instance with its side, and the router's sweep reads their C(/metrics)
+        one of their instances is a prefill or a decode (C(sglang_pd)), the router's sweep's
+        C(worker_metrics) (in RV(plan.sweeps)) lists every rank-0 instance with its side, and the router's sweep reads their C(/metrics)
         (the per-side tables of the report).
     type: list
     elements: dict
@@ -110,7 +114,13 @@ plan:
       description: Names this host's progress and heartbeat files (never a leftover of an earlier run).
       type: str
     sweeps:
-      description: The instances to sweep, each with C(name), C(url), C(progress_file), C(heartbeat_file).
+      description:
+        - The sweeps, each with C(name) (an instance's, or a PD pair's), C(url), C(progress_file),
+          C(heartbeat_file), and for a PD host's pair C(pd) (throughput_sweep's
+          O(llmops.sglang.throughput_sweep#module:pd)); C(worker_metrics) for a PD pair, and with
+          O(through_router) and a prefill/decode deployment in O(workers), its instances as
+          M(llmops.sglang.throughput_sweep)'s O(llmops.sglang.throughput_sweep#module:worker_metrics)
+          takes them (C(name) host/instance, C(url), C(side)).
       type: list
       elements: dict
     batches:
@@ -119,13 +129,6 @@ plan:
       elements: list
     down:
       description: With O(health), the instances that were down (not swept), each with C(host).
-      type: list
-      elements: dict
-    worker_metrics:
-      description:
-        - With O(through_router) and a prefill/decode deployment in O(workers), its instances as
-          M(llmops.sglang.throughput_sweep)'s O(llmops.sglang.throughput_sweep#module:worker_metrics)
-          takes them (C(name) host/instance, C(url) where the router reaches it, C(side)); else empty.
       type: list
       elements: dict
     python:

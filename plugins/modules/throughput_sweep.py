@@ -64,17 +64,6 @@ options:
       - A trailing C(/v1) is removed.
     type: str
     required: true
-  worker_metrics:
-    description:
-      - The instances behind the router at O(url), each C({name, url, side}), whose C(/metrics) the
-        sweep reads around each level and samples while it runs, as it reads its own server's. Each
-        point gets C(sides), one entry per C(side) (C(prefill), C(decode), or C(unified) for an empty
-        one), with the instances' C(server_metrics) summed or maxed over the side (docs/sweep.md,
-        "Each side through a PD router").
-      - bench.yml passes the workers of a prefill/decode deployment when it sweeps through the
-        router; omitted, nothing but O(url) is read.
-    type: list
-    elements: dict
   api:
     description:
       - C(openai) streams C(/v1/completions); C(native) streams SGLang's C(/generate).
@@ -259,6 +248,7 @@ options:
 extends_documentation_fragment:
   - llmops.sglang.server_api
   - llmops.sglang.sweep_action
+  - llmops.sglang.sweep_pd
   - llmops.sglang.sweep_open_loop
   - llmops.sglang.sweep_request
   - llmops.sglang.sweep_workload

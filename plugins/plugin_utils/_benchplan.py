@@ -114,6 +114,34 @@ def worker_metrics(workers: list[dict[str, Any]] | None) -> list[dict[str, Any]]
              "side": str(i.get("pd_role") or "unified")} for host, i in instances]
 
 
+def pd_targets(req: BenchHost, instances: list[dict[str, Any]], run_on: str) -> tuple[list[dict[str, Any]], str]:
+    """A PD host's instances swept directly: one sweep of the pair they are (throughput_sweep's
+    ``pd``: each request to a prefill and a decode with a bootstrap room, as the router sends it),
+    named after its instances ("gpu1+gpu0", decodes first), with each side's /metrics read; every
+    PD instance of the host that is up takes part, whichever of them sglang_bench_instances named (a
+    side alone cannot serve). A host with one side only (its pairs span hosts) cannot pair here:
+    each is swept unpaired, with the warning ((targets, warning))."""
+    every = req.manifest.get("instances") or []
+    up = {i["name"] for i in every} if req.health is None else {i.get("name") for i in req.health if i.get("up")}
+    members = [i for i in every if i.get("pd_role") and i.get("rank0", True) and i["name"] in up]
+    sides = {side: [i for i in members if i["pd_role"] == side] for side in ("decode", "prefill")}
+    if not sides["decode"] or not sides["prefill"]:
+        missing = "decode" if not sides["decode"] else "prefill"
+        named = ", ".join(f"{i['name']} ({i.get('pd_role') or 'unified'})" for i in instances)
+        return ([{"name": str(i["name"]), "url": sweep_url(i, req.host, run_on)} for i in instances],
+                f"{req.host}: {named} are prefill/decode "
+                f"instances (sglang_pd) with no {missing} instance up on this host to pair with: swept on its own "
+                "each runs unpaired, without a KV hand-over, so these numbers are not the pair's; sweep through "
+                "the PD router (-e sglang_bench_target=router) for the pair's and each side's")
+    ordered = sides["decode"] + sides["prefill"]
+    pd = {"prefill": [{"url": sweep_url(i, req.host, run_on), "bootstrap_port": int(i["bootstrap_port"])}
+                      for i in sides["prefill"]],
+          "decode": [sweep_url(i, req.host, run_on) for i in sides["decode"]]}
+    return [{"name": "+".join(str(i["name"]) for i in ordered), "url": pd["decode"][0], "pd": pd,
+             "worker_metrics": [{"name": f"{req.host}/{i['name']}", "url": sweep_url(i, req.host, run_on),
+                                 "side": i["pd_role"]} for i in ordered]}], ""
+
+
 def plan(req: BenchHost, *, controller_started: float | None, now: float, controller_pid: int) -> dict[str, Any]:
     """The plan of one host's sweeps (the action's result; docs in plugins/modules/bench_plan.py)."""
     variables = req.variables
@@ -130,14 +158,14 @@ def plan(req: BenchHost, *, controller_started: float | None, now: float, contro
     progress = FILES.format(key=run_key, host=req.host, kind="jsonl")
     heartbeat = FILES.format(key=run_key, host=req.host, kind="heartbeat")
     instances, down, warnings = _selected(req)
-    paired = [f"{i['name']} ({i['pd_role']})" for i in instances if i.get("pd_role") and not req.through_router]
-    if paired and variables.get("sglang_bench_target") != "router":  # each runs standalone: not how it serves
-        warnings.append(f"{req.host}: {', '.join(paired)} are prefill/decode instances (sglang_pd): swept on its own "
-                        "each runs unpaired, without a KV hand-over, so these numbers are not the pair's; sweep "
-                        "through the PD router (-e sglang_bench_target=router) for the pair's and each side's")
-    sweeps = [{"name": str(i["name"]), "url": sweep_url(i, req.host, run_on),
-               "progress_file": progress.replace("{instance}", str(i["name"])),
-               "heartbeat_file": heartbeat.replace("{instance}", str(i["name"]))} for i in instances]
+    targets = [{"name": str(i["name"]), "url": sweep_url(i, req.host, run_on)} for i in instances]
+    if not req.through_router and any(i.get("pd_role") for i in instances):
+        targets, warning = pd_targets(req, instances, run_on)
+        warnings += [warning] if warning else []
+    elif req.through_router:
+        targets = [dict(t, worker_metrics=worker_metrics(req.workers)) for t in targets]
+    sweeps = [{**t, "progress_file": progress.replace("{instance}", t["name"]),
+               "heartbeat_file": heartbeat.replace("{instance}", t["name"])} for t in targets]
     parallel = bool(variables["sglang_bench_parallel_instances"])
     return {
         "run_id": run_id(str(variables.get("sglang_bench_run_id") or ""), controller_started, now),
@@ -145,7 +173,6 @@ def plan(req: BenchHost, *, controller_started: float | None, now: float, contro
         "sweeps": sweeps,
         "batches": ([sweeps] if sweeps else []) if parallel else [[s] for s in sweeps],
         "down": down,
-        "worker_metrics": worker_metrics(req.workers) if req.through_router else [],
         "python": sweep_python(req),
         "delegate_to": "localhost" if run_on == "controller" else req.host,
         "heartbeat_timeout": heartbeat_timeout or max(HEARTBEAT_MIN_S, HEARTBEAT_POLLS * poll),

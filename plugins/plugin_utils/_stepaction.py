@@ -60,12 +60,16 @@ class StepAction(ActionBase):
 
 
 class RoleOptionsAction(ActionBase):
-    """Set ``NAME`` (the module's short name: its documentation is read); override ``module_args``
-    to change the arguments once the role's options are in."""
+    """Set ``NAME`` (the module's short name: its documentation is read); override ``task_args``
+    to change the task's arguments before the role's options are added, ``module_args`` after."""
 
     _supports_check_mode = True
     _supports_async = True
     NAME = ""
+
+    def task_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The task's arguments as the role's options see them (before they are added)."""
+        return args
 
     def module_args(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         return args
@@ -73,7 +77,7 @@ class RoleOptionsAction(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = dict(self._task.args)
+        args = self.task_args(dict(self._task.args))
         role = args.pop("options_from_role", None)
         if role:
             def get(name: str) -> Any:

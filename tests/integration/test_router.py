@@ -416,8 +416,8 @@ def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) ->
     """sglang_pd (issue 32): localhost's two instances as a prefill and a decode (one host split),
     the real sglang-router 0.3.2 in PD mode (sglang_router_pd_disaggregation) with each registered
     with its side and the prefill's bootstrap port; every request through the router is answered
-    by the decode from the KV the prefill computed, none failed; bench.yml through the router shows
-    each side of each level; a router not in PD mode is refused by deploy.yml's gate before any
+    by the decode from the KV the prefill computed, none failed; bench.yml sweeps the host's pair as
+    one (each request to both) and then the router, each side of each level shown; a router not in PD mode is refused by deploy.yml's gate before any
     host changes, naming the fix."""
     boot = free_port_block(1)
     dep = router_inventory(tmp_path, sglang_router_pd_disaggregation=True)
@@ -460,6 +460,13 @@ def test_prefill_and_decode_behind_the_real_router_in_pd_mode(tmp_path: Path) ->
         assert prefill["pd_kv_transfers"] >= point["ok"] and prefill["pd_kv_transfer_ms_mean"] > 0
         assert decode["pd_kv_transfers"] == 0 and decode["pd_bootstrap_failed"] == prefill["pd_transfer_failed"] == 0
         assert "Each side during each level" in (reports / "pd" / "summary.md").read_text()
+        # the host's own sweep (before the router's): its prefill and decode swept as the pair they are,
+        # each request to both with a bootstrap room, as the router sends it (bench_plan, the sweep's pd)
+        (pair,) = [json.loads(f.read_text()) for f in (reports / "pd").glob("localhost_gpu1*gpu0_baseline.json")]
+        (point,) = pair["sweep"]["points"]
+        assert pair["sweep"]["options"]["pd"]["prefill"] == [{"url": urls["gpu0"], "bootstrap_port": boot}]
+        assert point["ok"] == point["requests"] > 0 and point["sides"]["prefill"]["pd_kv_transfers"] >= point["ok"]
+        assert point["sides"]["decode"]["pd_bootstrap_failed"] == 0
 
         # the gate refuses before any host changes: the router and the instances keep running as they were
         router_before, pids_before = router_pid(dep), {i["name"]: i["pid"] for i in dep.manifest()["instances"]}

@@ -249,11 +249,13 @@ def _host_items(entry: dict[str, Any], index: int) -> list[dict[str, Any]]:
     for name, sweep in entry["sweeps"].items():
         if not isinstance(sweep, dict):
             raise ValueError(f"results[{index}].sweeps[{name!r}] is a {type(sweep).__name__}, expected a sweep")
-        inst = by_name.get(name, {})
+        # a PD host's pair swept as one (bench_plan): "gpu1+gpu0", the decodes' and prefills' names
+        members = [by_name[n] for n in str(name).split("+") if n in by_name] or [{}]
+        inst = members[0]
         out.append(_with_url({"host": entry.get("host"), "instance": name, "profile": manifest.get("profile"),
                               "release": manifest.get("release"), "engine": manifest.get("engine"),
-                              "gpus": inst.get("gpus", []), "url": inst.get("connect_url") or inst.get("url")},
-                             sweep))
+                              "gpus": [g for m in members for g in m.get("gpus", [])],
+                              "url": inst.get("connect_url") or inst.get("url")}, sweep))
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.client import aiohttp
@@ -33,6 +33,19 @@ async def flush(session: Any, url: str, timeout: float) -> dict[str, Any]:
 async def clear_storage(session: Any, url: str) -> dict[str, Any]:
     """Clear the server's HiCache storage tier, as ``flush`` reports."""
     return await _post(session, f"{url}{CLEAR_STORAGE_PATH}", None, CLEAR_STORAGE_TIMEOUT)
+
+
+async def on_each(urls: list[str], call: Callable[[str], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """``call`` (``flush`` or ``clear_storage`` of one URL) on each of ``urls`` (the instances of a
+    PD pair: the prefills hold the prefix cache), one result as each reports: ok when every one
+    is, the first failure's status and each failure's message with its URL."""
+    results = [await call(url) for url in urls]
+    if len(results) == 1:
+        return results[0]
+    failed = [(url, r) for url, r in zip(urls, results, strict=True) if not r["ok"]]
+    return {"ok": not failed, "status": failed[0][1]["status"] if failed else 200,
+            "message": "; ".join(f"{url}: {r['message']}" for url, r in failed) or results[-1]["message"],
+            "seconds": round(sum(r["seconds"] for r in results), 3)}
 
 
 async def _post(session: Any, url: str, params: dict[str, str] | None, timeout: float) -> dict[str, Any]:

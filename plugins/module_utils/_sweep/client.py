@@ -20,6 +20,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
     auth_message,
 )
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options import SweepOptions
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.pair import Pairs
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.streams import (
     http_error_message,
     make_parser,
@@ -116,25 +117,74 @@ class Client:
         self.timeout = aiohttp.ClientTimeout(total=opts.timeout)
         self.path, _ = build_payload(opts, model, "")
         self.workload = parse_workload(opts.workload, opts.seed, list(opts.prompts or DEFAULT_PROMPTS))
+        self.pairs = Pairs(opts.pd) if opts.pd else None
 
     async def send(self, trace: Trace, prompt: str, max_tokens: int | None = None, keep_text: bool = False) -> str:
         """Send one request and fill ``trace``; never raises except CancelledError. Returns the
-        reply's text with ``keep_text`` (multi-turn conversations), else ""."""
+        reply's text with ``keep_text`` (multi-turn conversations), else "". With the ``pd``
+        option the same body, with its bootstrap fields, goes to a prefill too (``pair.Pairs``):
+        the decode's stream is measured, and the prefill's failure is the request's."""
         opts = self.opts
         _, body = build_payload(opts, self.model, prompt, max_tokens)
         want = opts.max_tokens if max_tokens is None else int(max_tokens)
+        if self.pairs is None:
+            return await self._stream(opts.url, body, trace, want, keep_text)
+        pairing = self.pairs.next()
+        body = {**body, **pairing.fields}
+        decode = asyncio.ensure_future(self._stream(pairing.decode, body, trace, want, keep_text))
+        prefill = asyncio.ensure_future(self._prefill(pairing.prefill, body))
+        try:
+            await asyncio.wait((decode, prefill), return_when=asyncio.FIRST_COMPLETED)
+            problem = await prefill if prefill.done() else None
+            if problem is not None and not decode.done():  # as the router does: the decode is not waited for
+                trace.fail(*problem)
+                decode.cancel()
+            try:
+                text = await decode
+            except asyncio.CancelledError:
+                if problem is None:
+                    raise
+                text = ""
+            problem = problem or await prefill
+        except asyncio.CancelledError:
+            for task in (decode, prefill):
+                task.cancel()
+            raise
+        if problem is not None:
+            trace.fail(*problem)
+        return text
+
+    async def _prefill(self, url: str, body: dict[str, Any]) -> tuple[str, str] | None:
+        """The prefill's half of a paired request (its answer read and dropped, as the router does):
+        None when it answered 200, else the trace's (kind, message) naming the prefill."""
+        try:
+            async with self.session.post(url + self.path, json=body, timeout=self.timeout) as resp:
+                if resp.status != 200:
+                    raw = await resp.content.read(2048)
+                    return "http", f"prefill {url}: HTTP {resp.status}: {http_error_message(raw)}"
+                async for _ in resp.content.iter_any():
+                    pass
+        except TIMEOUTS:
+            return "timeout", f"prefill {url}: no complete response within timeout={self.opts.timeout:g}s"
+        except (aiohttp.ClientError, OSError) as exc:
+            return "connection", f"prefill {url}: {type(exc).__name__}: {exc}"
+        return None
+
+    async def _stream(self, url: str, body: dict[str, Any], trace: Trace, want: int, keep_text: bool) -> str:
+        """POST ``body`` to ``url`` and read its stream into ``trace``."""
+        opts = self.opts
         parser = make_parser(opts.api)
         parser.keep_text = keep_text
         headers_seen = False
         trace.start = time.perf_counter()
         try:
-            async with self.session.post(opts.url + self.path, json=body, timeout=self.timeout) as resp:
+            async with self.session.post(url + self.path, json=body, timeout=self.timeout) as resp:
                 trace.http_status = resp.status
                 if resp.status != 200:
                     raw = await resp.content.read(2048)
                     message = f"HTTP {resp.status}: {http_error_message(raw)}"
                     if resp.status in AUTH_STATUSES:
-                        message = auth_message(opts.url, resp.status, bool(opts.api_key))
+                        message = auth_message(url, resp.status, bool(opts.api_key))
                     trace.fail("http", message)
                     return
                 headers_seen = True

@@ -10,6 +10,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import KNEE_SHARE
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep import pair
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import (
     APIS,
     CLIENT_CPU_LIMIT,
@@ -163,12 +164,14 @@ class SweepOptions(DeclaredOptions):
             raise SweepError("duration must be > 0")
         _check_counts_and_times(self)
         _check_worker_metrics(self.worker_metrics)
+        pd = pair.normalized(self.pd, url)
         prompts = list(self.prompts) if self.prompts else list(DEFAULT_PROMPTS)
         if not all(isinstance(p, str) and p for p in prompts):
             raise SweepError("prompts must be non-empty strings")
         return replace(_with_workload(self, replace(
             self,
             url=url,
+            pd=pd,
             concurrency=levels,
             requests=None if self.requests is None else int(self.requests),
             duration=None if self.duration is None else float(self.duration),

@@ -326,12 +326,13 @@ class _SweepRun:
         if not opts.flush_cache and not opts.warm and not opts.clear_storage:
             return None
         out: dict[str, Any] = {"flush": None, "clear_storage": None, "warm": None}
+        urls = self.client.pairs.urls if self.client is not None and self.client.pairs else [opts.url]  # pd: each
         if opts.flush_cache:
-            out["flush"] = await cachestate.flush(self.session, opts.url, opts.flush_timeout)
+            out["flush"] = await cachestate.on_each(urls, lambda u: cachestate.flush(self.session, u, opts.flush_timeout))
             if not out["flush"]["ok"]:
                 self.warnings.append(cachestate.flush_warning(concurrency, out["flush"], opts.flush_timeout))
         if opts.clear_storage:
-            out["clear_storage"] = await cachestate.clear_storage(self.session, opts.url)  # the session has the key
+            out["clear_storage"] = await cachestate.on_each(urls, lambda u: cachestate.clear_storage(self.session, u))
             if not out["clear_storage"]["ok"]:
                 self.warnings.append(cachestate.clear_storage_warning(concurrency, out["clear_storage"]))
         prompts = self.client.workload.warm_prompts() if opts.warm and self.client is not None else []

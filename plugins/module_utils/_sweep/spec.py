@@ -15,7 +15,10 @@ from typing import Any
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'api_key': {'type': 'str', 'no_log': True},
     'watch_controller': {'type': 'bool', 'default': True},
+    'sweep': {'type': 'dict'},
     'options_from_role': {'type': 'str', 'choices': ['bench']},
+    'worker_metrics': {'type': 'list', 'elements': 'dict'},
+    'pd': {'type': 'dict', 'options': {'prefill': {'type': 'list', 'elements': 'dict', 'required': True}, 'decode': {'type': 'list', 'elements': 'str'}}},
     'mode': {'type': 'str', 'choices': ['concurrency', 'rate'], 'default': 'concurrency'},
     'rates': {'type': 'list', 'elements': 'float'},
     'arrival': {'type': 'str', 'choices': ['poisson', 'constant'], 'default': 'poisson'},
@@ -37,7 +40,6 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'clear_storage': {'type': 'bool', 'default': False},
     'warm': {'type': 'bool', 'default': False},
     'url': {'type': 'str', 'required': True},
-    'worker_metrics': {'type': 'list', 'elements': 'dict'},
     'api': {'type': 'str', 'choices': ['openai', 'native'], 'default': 'openai'},
     'concurrency': {'type': 'list', 'elements': 'int', 'default': [1, 4, 8, 16, 32, 48]},
     'max_concurrency': {'type': 'int', 'default': 4096},
@@ -72,6 +74,8 @@ class DeclaredOptions:
 
     url: str
     api_key: str | None = None
+    worker_metrics: list[dict[str, Any]] | None = None
+    pd: dict[str, Any] | None = None
     mode: str = 'concurrency'
     rates: list[float] | None = None
     arrival: str = 'poisson'
@@ -92,7 +96,6 @@ class DeclaredOptions:
     flush_timeout: float = 60.0
     clear_storage: bool = False
     warm: bool = False
-    worker_metrics: list[dict[str, Any]] | None = None
     api: str = 'openai'
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 8, 16, 32, 48])
     max_concurrency: int = 4096

@@ -58,3 +58,16 @@ def test_on_the_controllers_machine_the_sweep_watches_the_controller() -> None:
     role = _run({"url": "u", "options_from_role": "bench"}, {"sglang_bench_watch_controller": False},
                 async_val=60, transport="local")[0]["args"]
     assert "watch_pid" not in role and "watch_controller" not in role
+
+
+def test_a_sweep_of_the_bench_plan_gives_its_url_files_and_pd_targets() -> None:
+    """``sweep`` (one of bench_plan's plan.sweeps) is its keys as the options of their names, before
+    the role's options are added; the task's own arguments win; keys not options are not read."""
+    pd = {"prefill": [{"url": "http://h:1", "bootstrap_port": 8998}], "decode": ["http://h:2"]}
+    planned = {"name": "gpu1+gpu0", "url": "http://h:2", "pd": pd, "worker_metrics": [],
+               "progress_file": "/tmp/p.jsonl", "heartbeat_file": "/tmp/h"}
+    args = _run({"sweep": planned, "options_from_role": "bench", "heartbeat_file": "/tmp/mine"},
+                {"sglang_bench_concurrency": [2]})[0]["args"]
+    assert (args["url"], args["pd"], args["progress_file"], args["heartbeat_file"]) == (
+        "http://h:2", pd, "/tmp/p.jsonl", "/tmp/mine")
+    assert args["concurrency"] == [2] and not {"sweep", "name", "worker_metrics"} & set(args)

@@ -96,15 +96,54 @@ def test_through_the_router_of_a_pd_deployment_its_workers_metrics_are_read_with
                            {**MANIFEST["instances"][1], "pd_role": "decode"},
                            {"name": "gpu2", "connect_url": "http://127.0.0.1:30002", "rank0": False, "pd_role": "decode"}]}
     p = plan(manifest=router, through_router=True, workers=[{"host": "node1", "manifest": split, "sweeps": {}}])
-    assert p["worker_metrics"] == [{"name": "node1/gpu0", "url": "http://10.0.0.5:30000", "side": "prefill"},
-                                   {"name": "node1/gpu1", "url": "http://127.0.0.1:30001", "side": "decode"}]
+    assert p["sweeps"][0]["worker_metrics"] == [
+        {"name": "node1/gpu0", "url": "http://10.0.0.5:30000", "side": "prefill"},
+        {"name": "node1/gpu1", "url": "http://127.0.0.1:30001", "side": "decode"}]
     unified = plan(manifest=router, through_router=True, workers=[{"host": "node1", "manifest": MANIFEST}])
-    assert unified["worker_metrics"] == [] and plan()["worker_metrics"] == []
-    # the same instances swept on their own: each runs unpaired, which the plan says
-    (said,) = plan(manifest={**MANIFEST, "instances": split["instances"][:2]})["warnings"]
-    assert said.startswith("node1: gpu0 (prefill), gpu1 (decode) are prefill/decode instances (sglang_pd): swept on "
-                           "its own each runs unpaired") and "sglang_bench_target=router" in said
-    assert plan(manifest={**MANIFEST, "instances": split["instances"][:2]}, target="router")["warnings"] == []
+    assert unified["sweeps"][0]["worker_metrics"] == [] and "worker_metrics" not in plan()["sweeps"][0]
+
+
+PD_HOST = {"python": "/opt/sglang/venv/bin/python", "instances": [
+    {"name": "gpu0", "connect_url": "http://127.0.0.1:30000", "advertise_url": "http://10.0.0.5:30000",
+     "pd_role": "prefill", "bootstrap_port": 8998},
+    {"name": "gpu1", "connect_url": "http://127.0.0.1:30001", "advertise_url": "http://10.0.0.5:30001",
+     "pd_role": "prefill", "bootstrap_port": 8999},
+    {"name": "gpu2", "connect_url": "http://127.0.0.1:30002", "advertise_url": "http://10.0.0.5:30002",
+     "pd_role": "decode", "bootstrap_port": 8998},
+]}
+
+
+def test_a_pd_hosts_instances_are_swept_as_the_pair_they_are() -> None:
+    """Swept one by one, a prefill and a decode each run unpaired (no KV hand-over): the host's PD
+    instances are one sweep whose requests each go to a prefill and a decode, as the router sends
+    them, named after them (decodes first), with each side's /metrics read."""
+    p = plan(manifest=PD_HOST)
+    (sweep,) = p["sweeps"]
+    assert sweep["name"] == "gpu2+gpu0+gpu1" and sweep["url"] == "http://127.0.0.1:30002" and p["warnings"] == []
+    assert sweep["pd"] == {"prefill": [{"url": "http://127.0.0.1:30000", "bootstrap_port": 8998},
+                                       {"url": "http://127.0.0.1:30001", "bootstrap_port": 8999}],
+                           "decode": ["http://127.0.0.1:30002"]}
+    assert [(w["name"], w["side"]) for w in sweep["worker_metrics"]] == [
+        ("node1/gpu2", "decode"), ("node1/gpu0", "prefill"), ("node1/gpu1", "prefill")]
+    assert sweep["progress_file"].endswith("-node1-gpu2+gpu0+gpu1.jsonl")
+    # naming one of them sweeps the pair (a side alone cannot serve); from the controller, the
+    # URLs other hosts use; an instance down takes no part
+    assert plan(manifest=PD_HOST, instances=["gpu0"])["sweeps"][0]["name"] == "gpu2+gpu0+gpu1"
+    remote = plan(manifest=PD_HOST, run_on="controller", host="node9")["sweeps"][0]
+    assert remote["pd"]["prefill"][0]["url"] == "http://10.0.0.5:30000" and remote["url"] == "http://10.0.0.5:30002"
+    health = [{"name": "gpu0", "up": True}, {"name": "gpu1", "up": False}, {"name": "gpu2", "up": True}]
+    assert plan(manifest=PD_HOST, health=health, target="router")["sweeps"][0]["name"] == "gpu2+gpu0"
+
+
+def test_a_host_with_one_side_cannot_pair_and_says_so() -> None:
+    """Its pairs span hosts: each instance is swept unpaired, and the plan names the router's sweep."""
+    prefills = {**PD_HOST, "instances": PD_HOST["instances"][:2]}
+    p = plan(manifest=prefills)
+    assert [s["name"] for s in p["sweeps"]] == ["gpu0", "gpu1"] and all("pd" not in s for s in p["sweeps"])
+    (said,) = p["warnings"]
+    assert said.startswith("node1: gpu0 (prefill), gpu1 (prefill) are prefill/decode instances (sglang_pd) with no "
+                           "decode instance up on this host to pair with: swept on its own each runs unpaired")
+    assert "sglang_bench_target=router" in said
 
 
 def test_instances_down_are_not_swept_and_come_back_with_their_host() -> None:

@@ -119,6 +119,8 @@ ENGINE_ARGV = [
     "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
     "--hicache-mem-layout", "page_first_direct",
 ]
+# a PD pair's instances: no HiCache (SGLang 0.5.17 refuses it on a decode)
+PD_ENGINE_ARGV = ENGINE_ARGV[:ENGINE_ARGV.index("--enable-hierarchical-cache")]
 ENGINE_ENV = {
     "LLMOPS_SGLANG_RELEASE": "0.5.23", "LLMOPS_SIM_GPUS": "NVIDIA H200", "CUDA_VISIBLE_DEVICES": "0",
     "LLMOPS_SIM_TIME_SCALE": str(ENGINE_SCALE), "LLMOPS_SIM_HOST_MEM_AVAILABLE_GB": "200",
@@ -126,15 +128,16 @@ ENGINE_ENV = {
 
 
 @contextlib.contextmanager
-def engine_process(log: Path, *extra_argv: str, scale: float = ENGINE_SCALE) -> Iterator[str]:
-    """The embedded engine (ENGINE_ARGV and ``extra_argv``) on a free loopback port; its URL."""
+def engine_process(log: Path, *extra_argv: str, scale: float = ENGINE_SCALE,
+                   argv: list[str] = ENGINE_ARGV) -> Iterator[str]:
+    """The embedded engine (``argv``, ENGINE_ARGV by default, and ``extra_argv``) on a free loopback port; its URL."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), **dict(ENGINE_ENV, LLMOPS_SIM_TIME_SCALE=str(scale)))
     env.pop("LLMOPS_SIM_ACCEPT_LENGTH", None)
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ansible_collections.llmops.sglang.plugins.module_utils._engine",
-             *ENGINE_ARGV, *extra_argv, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+             *argv, *extra_argv, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
     try:
