@@ -196,7 +196,9 @@ def sweep_spec_text() -> str:
         "from __future__ import annotations\n\n"
         "from dataclasses import dataclass, field\n"
         "from typing import Any\n\n"
-        f"ARGUMENT_SPEC: dict[str, dict[str, Any]] = {body}\n\n\n"
+        f"ARGUMENT_SPEC: dict[str, dict[str, Any]] = {body}\n"
+        "# the action plugin's own options (doc fragment sweep_action): read on the controller, never the sweep's\n"
+        f"ACTION_ONLY = {tuple(_docspec.fragment_options('llmops.sglang.sweep_action'))!r}\n\n\n"
         + sweep_dataclass_text(spec)
     )
 

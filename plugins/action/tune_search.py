@@ -35,10 +35,12 @@ def plan(args: Mapping[str, Any], host: str, hostvars: Mapping[str, Any], groups
     and the play's classes, with this host's own."""
     settings = dict(args.get("slo") or {})
     objective = _tune.slo(**{k: settings[k] for k in SLO_KEYS if k in settings})
-    candidates = [{**c, "vars": _tune.candidate_vars(c, args.get("extra_args"))}
+    lowest = min([int(c) for c in args.get("levels") or []] or [1])
+    candidates = [{**c, "vars": _tune.candidate_vars(c, args.get("extra_args"), args.get("pd")),
+                   "probe_levels": [lowest * c["instances"]]}
                   for c in _tune.candidates(args.get("space") or {}, args.get("profiles") or {})]
     hosts = [str(h) for h in args.get("hosts") or []]
-    _tune.refuse_pd({h: (hostvars.get(h) or {}).get("sglang_pd") for h in hosts if h in hostvars})
+    _tune.refuse_pd({h: (hostvars.get(h) or {}).get("sglang_pd") for h in hosts if h in hostvars}, candidates)
     classes = _tune.classes(hosts, host_facts(hosts, hostvars), groups, list(args.get("class_groups") or []),
                             str(args.get("vars_dir") or ""))
     mine = next(({"name": name, "value": value} for name, value in classes.items() if host in value["hosts"]), None)
@@ -49,17 +51,22 @@ def decide(args: Mapping[str, Any]) -> dict[str, Any]:
     """After a candidate's probe (its lowest level): sweep the rest (``rest_levels``) or prune it."""
     levels = [int(c) for c in args.get("levels") or []]
     objective = dict(args.get("slo") or {})
-    decision = _tune.decide(dict(args.get("probe") or {}), levels, objective,
-                            _tune.best_so_far(list(args.get("results") or [])))
-    decision["rest_levels"] = _tune.rest_levels(levels, objective) if decision["action"] == "sweep" else []
+    instances = _tune.pd_instances(dict(args.get("candidate") or {}))
+    probe = _tune.per_instance(dict(args.get("probe") or {}), instances) or {}
+    decision = _tune.decide(probe, levels, objective, _tune.best_so_far(list(args.get("results") or [])))
+    decision["rest_levels"] = [c * instances for c in _tune.rest_levels(levels, objective)] \
+        if decision["action"] == "sweep" else []
     return {"decision": decision}
 
 
 def record(args: Mapping[str, Any]) -> dict[str, Any]:
     """One candidate's record for the search's results (swept, pruned or failed)."""
-    return {"record": _tune.result(dict(args.get("candidate") or {}), dict(args.get("slo") or {}),
-                                   args["plateau_gain"], args.get("probe") or None,
-                                   args.get("rest") or None, args.get("decision") or None, str(args.get("error") or ""))}
+    candidate = dict(args.get("candidate") or {})
+    instances = _tune.pd_instances(candidate)  # a split's sweeps, in the unit of one instance
+    return {"record": _tune.result(candidate, dict(args.get("slo") or {}), args["plateau_gain"],
+                                   _tune.per_instance(args.get("probe") or None, instances),
+                                   _tune.per_instance(args.get("rest") or None, instances),
+                                   args.get("decision") or None, str(args.get("error") or ""))}
 
 
 def _reader(vars_dir: str) -> Callable[[str], str | None]:

@@ -20,7 +20,8 @@ description:
     with their representative and the vars files a winner is written to (read under
     O(vars_dir)); C(class) is the task's own host's.
   - V(decide) - after a candidate's lowest level (O(probe)), sweep the other levels of O(levels)
-    or prune it, with the bound against the best of O(results) so far.
+    or prune it, with the bound against the best of O(results) so far; a split's (O(candidate) with
+    C(pd)) in the unit of one instance (its pair's figures divided by its C(instances)).
   - V(record) - a candidate's record for the results - swept, pruned, or failed with O(error).
   - V(outcome) - a class's winner from O(results) (or why there is none), why each other
     candidate lost, the C(sglang_tuned) fact, the vars file's text and what becomes of the vars
@@ -50,6 +51,11 @@ options:
   extra_args:
     description: V(plan), V(outcome) - the user's C(sglang_extra_args), kept in each candidate's variables.
     type: raw
+  pd:
+    description:
+      - V(plan) - the host's C(sglang_pd); a candidate of the space's C(pd) keeps its transfer backend,
+        bootstrap port and IB device, with its own roles (none for unified).
+    type: dict
   hosts:
     description: V(plan) - the play's hosts.
     type: list
@@ -69,11 +75,13 @@ options:
     type: list
     elements: dict
   levels:
-    description: V(decide) - the concurrency levels (C(sglang_tune_concurrency_levels)).
+    description:
+      - V(plan), V(decide) - the concurrency levels (C(sglang_tune_concurrency_levels)), per instance - a
+        split's sweep runs each at C x its C(instances) over the pair, and its figures are divided by them.
     type: list
     elements: int
   candidate:
-    description: V(record) - the candidate, as V(plan) returned it.
+    description: V(decide), V(record) - the candidate, as V(plan) returned it.
     type: dict
   plateau_gain:
     description: V(record) - the gain below which a higher level is a plateau (C(sglang_tune_plateau_gain)).
@@ -140,7 +148,10 @@ slo:
   returned: V(plan)
   type: dict
 candidates:
-  description: V(plan) - the candidates in order, each with C(label), its settings and C(vars).
+  description:
+    - V(plan) - the candidates in order, each with C(label), its settings, C(vars), C(pd) (none, unified
+      or C({prefill, decode})), C(instances) (swept together - a split's P + D, else 1) and
+      C(probe_levels) (its lowest level, at C x C(instances)).
   returned: V(plan)
   type: list
   elements: dict

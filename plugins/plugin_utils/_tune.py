@@ -25,7 +25,8 @@ CLASS_PREFIX = "sglang_tune_class_"
 # a storage candidate's HiCache write policy (what reaches the tier): over the profile's, as the
 # speculative numbers are (sglang_extra_args); the release's flag schema checks the value
 WRITE_POLICY_FLAG = "--hicache-write-policy"
-SPACE_KEYS = ("profiles", "max_running_requests", "hicache_size_gb", "speculative", "hicache_storage")
+SPACE_KEYS = ("profiles", "max_running_requests", "hicache_size_gb", "speculative", "hicache_storage", "pd")
+PD_SIDES = ("prefill", "decode")
 SPEC_KEYS = ("steps", "draft_tokens")
 SPEC_FLAGS = {"steps": "--speculative-num-steps", "draft_tokens": "--speculative-num-draft-tokens"}
 
@@ -180,8 +181,35 @@ def _storage_list(space: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out or [{}]
 
 
-def _label(profile: str, mrr: int, size: int, spec: Mapping[str, int], storage: Mapping[str, Any]) -> str:
+def _pd_list(space: Mapping[str, Any]) -> list[dict[str, int] | None]:
+    """``pd``: each ``{}`` (unified) or ``{prefill: P, decode: D}`` (the host's first P + D instances
+    split, prefills first); absent, [None]: each candidate keeps the host's own sglang_pd."""
+    if "pd" not in space:
+        return [None]
+    values = space["pd"] if isinstance(space["pd"], list) else [space["pd"]]
+    out: list[dict[str, int] | None] = []
+    for value in values:
+        if not isinstance(value, Mapping) or (value and (set(value) != set(PD_SIDES) or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value.values()))):
+            raise TuneError(f"sglang_tune_space.pd: {value!r} must be {{}} (unified) or {{prefill: P, decode: D}} with "
+                            "whole numbers >= 1 (P + D instances of the host), e.g. pd: [{}, {prefill: 1, decode: 1}]")
+        if dict(value) not in out:
+            out.append(dict(value))
+    return out or [None]
+
+
+def pd_instances(candidate: Mapping[str, Any]) -> int:
+    """The instances a candidate's sweep measures together: a split's P + D (bench.yml sweeps a PD
+    host's instances as one pair), else one."""
+    pd = candidate.get("pd") or {}
+    return int(pd.get("prefill", 0)) + int(pd.get("decode", 0)) if pd else 1
+
+
+def _label(profile: str, mrr: int, size: int, spec: Mapping[str, int], storage: Mapping[str, Any],
+           pd: Mapping[str, int] | None = None) -> str:
     parts = [profile]
+    if pd is not None:
+        parts.append(f"pd={pd['prefill']}P:{pd['decode']}D" if pd else "unified")
     if mrr:
         parts.append(f"mrr={mrr}")
     if size:
@@ -214,26 +242,29 @@ def candidates(space: Mapping[str, Any], user_profiles: Mapping[str, Any] | None
         raise TuneError(f"sglang_tune_space.profiles: {bad or names!r} must name profiles (valid: "
                         f"{', '.join(sorted(profiles))})")
     mrrs, sizes, specs = _int_list(space, "max_running_requests"), _int_list(space, "hicache_size_gb"), _spec_list(space)
-    storages = _storage_list(space)
+    storages, pds = _storage_list(space), _pd_list(space)
     out: list[dict[str, Any]] = []
     for name in dict.fromkeys(names):
         prof = profiles[name]
         has_hicache = bool((prof.get("hicache") or {}).get("enabled"))
-        for mrr, size, spec, storage in itertools.product(mrrs, sizes if has_hicache else [0],
-                                                          specs if prof.get("speculative") else [{}],
-                                                          storages if has_hicache else [{}]):
-            out.append({"index": len(out), "label": _label(name, mrr, size, spec, storage), "profile": name,
-                        "max_running_requests": mrr, "hicache_size_gb": size, "speculative": dict(spec),
-                        "hicache_storage": dict(storage)})
+        for pd, mrr, size, spec, storage in itertools.product(pds, mrrs, sizes if has_hicache else [0],
+                                                              specs if prof.get("speculative") else [{}],
+                                                              storages if has_hicache else [{}]):
+            candidate = {"index": len(out), "label": _label(name, mrr, size, spec, storage, pd), "profile": name,
+                         "max_running_requests": mrr, "hicache_size_gb": size, "speculative": dict(spec),
+                         "hicache_storage": dict(storage), "pd": None if pd is None else dict(pd)}
+            out.append({**candidate, "instances": pd_instances(candidate)})
     return out
 
 
-def candidate_vars(candidate: Mapping[str, Any], extra_args: Any = None) -> dict[str, Any]:
+def candidate_vars(candidate: Mapping[str, Any], extra_args: Any = None, pd: Any = None) -> dict[str, Any]:
     """The server role's variables that deploy ``candidate`` (and, written back, the winner).
     Speculative steps and draft tokens, and a storage candidate's write policy, go through
     sglang_extra_args over the profile's flags, the user's own extra_args kept. A candidate with a
     storage tier clears it once deployed (sglang_hicache_storage_clear): each one is measured from
-    an empty tier, never on the pages an earlier candidate wrote."""
+    an empty tier, never on the pages an earlier candidate wrote. sglang_pd is ``pd``, the host's,
+    for a candidate without one of the space's ``pd``; with one, the host's transfer backend,
+    bootstrap port and IB device with its roles: none (unified), or one per instance, prefills first."""
     args: Any = dict(extra_args) if isinstance(extra_args, Mapping) else list(extra_args or [])
     storage = dict(candidate.get("hicache_storage") or {})
     over = {SPEC_FLAGS[key]: value for key, value in (candidate.get("speculative") or {}).items()}
@@ -244,26 +275,55 @@ def candidate_vars(candidate: Mapping[str, Any], extra_args: Any = None) -> dict
             args[flag] = value
         else:
             args += [flag, str(value)]
-    return {"sglang_profile": candidate["profile"],
-            "sglang_max_running_requests": int(candidate.get("max_running_requests") or 0),
-            "sglang_hicache_size_gb": int(candidate.get("hicache_size_gb") or 0),
-            "sglang_hicache_storage": storage,
-            "sglang_hicache_storage_clear": bool(storage),
-            "sglang_extra_args": args}
+    out = {"sglang_profile": candidate["profile"],
+           "sglang_max_running_requests": int(candidate.get("max_running_requests") or 0),
+           "sglang_hicache_size_gb": int(candidate.get("hicache_size_gb") or 0),
+           "sglang_hicache_storage": storage,
+           "sglang_hicache_storage_clear": bool(storage),
+           "sglang_extra_args": args}
+    split = candidate.get("pd")
+    base = {k: v for k, v in dict(pd or {}).items() if k != "role"}
+    out["sglang_pd"] = dict(pd or {}) if split is None else (
+        {**base, "role": ["prefill"] * split["prefill"] + ["decode"] * split["decode"]} if split else base)
+    return out
 
 
-def refuse_pd(pd_by_host: Mapping[str, Any]) -> None:
-    """TuneError when a host to tune is a prefill/decode one (``sglang_pd`` with a role): tune
-    deploys each candidate and sweeps one of its instances directly, and a prefill or a decode swept
-    on its own runs unpaired, so its numbers would not be the pair's. Comparing unified against
-    xP:yD splits is not built yet (issue 32)."""
+def refuse_pd(pd_by_host: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]]) -> None:
+    """TuneError when a host to tune is a prefill/decode one (``sglang_pd`` with a role) and a
+    candidate would deploy it as it is (the space has no ``pd``): what such a host is depends on its
+    roles (a host of one side cannot be swept as a pair on its own). The space's ``pd`` says what
+    each candidate is instead: unified, or a split of the host's instances."""
+    if all(c.get("pd") is not None for c in candidates):
+        return
     pd_hosts = sorted(host for host, value in pd_by_host.items()
                       if isinstance(value, Mapping) and value.get("role"))
     if pd_hosts:
-        raise TuneError(f"sglang_pd sets prefill/decode roles on {', '.join(pd_hosts)}: tune sweeps one instance of "
-                        "each candidate directly, and a prefill or a decode swept alone runs unpaired (its numbers "
-                        "are not the pair's); tune these hosts as unified ones (-e '{\"sglang_pd\": {}}'), and "
-                        "measure the split through the PD router (bench.yml -e sglang_bench_target=router)")
+        raise TuneError(f"sglang_pd sets prefill/decode roles on {', '.join(pd_hosts)}, and sglang_tune_space has no pd: "
+                        "say what each candidate is, unified or a split of the host's instances, e.g. "
+                        "-e '{\"sglang_tune_space\": {\"profiles\": [\"baseline\"], \"pd\": [{}, {\"prefill\": 1, "
+                        "\"decode\": 1}]}}' (each split is swept as the pair it is, scored per instance), or tune "
+                        "these hosts as unified ones (-e '{\"sglang_pd\": {}}')")
+
+
+def _per(level: Any, instances: int) -> int | float:
+    return int(level) // instances if int(level) % instances == 0 else int(level) / instances
+
+
+def per_instance(sweep: Mapping[str, Any] | None, instances: int) -> dict[str, Any] | None:
+    """A split's sweep in the unit of a unified candidate's (one instance): its levels ran at C x
+    ``instances`` over the pair (bench.yml sweeps a PD host's instances as one), so each point's
+    concurrency and rates are divided by ``instances`` (latencies are the requests' own), the
+    level as swept kept (``concurrency_swept``); the server's running cap, one decode's, bounds
+    nothing per instance and is dropped."""
+    if not sweep or instances <= 1:
+        return dict(sweep) if sweep else None
+    out = dict(sweep)
+    out["points"] = [{**p, "concurrency_swept": p["concurrency"], "concurrency": _per(p["concurrency"], instances),
+                      **{k: p[k] / instances for k in ("output_tok_s", "req_s", "input_tok_s", "goodput_req_s")
+                         if isinstance(p.get(k), (int, float))}} for p in sweep.get("points") or []]
+    out["server"] = {**(sweep.get("server") or {}), "max_running_requests": None}
+    out["per_instance_of"] = instances
+    return out
 
 
 # ---- the service-level objective ----
@@ -578,6 +638,7 @@ def tuned_fact(choice: Mapping[str, Any], class_name: str, representative: str, 
             "hicache_size_gb": win["candidate"]["hicache_size_gb"],
             "speculative": win["candidate"]["speculative"],
             "hicache_storage": win["candidate"].get("hicache_storage") or {},
+            "pd": win["candidate"].get("pd"), "instances": win["candidate"].get("instances", 1),
             "score_tok_s": win["score"].get("tok_s"), "at_concurrency": win["score"]["concurrency"],
             "score": score_value(win), "score_unit": win["score"].get("unit", "tok/s"),
             "score_req_s": win["score"].get("req_s"),
@@ -606,6 +667,9 @@ def vars_file(fact: Mapping[str, Any], candidate: Mapping[str, Any], extra_args:
         body["sglang_hicache_storage"] = deploy["sglang_hicache_storage"]
     if candidate.get("speculative") or (candidate.get("hicache_storage") or {}).get("write_policy"):
         body["sglang_extra_args"] = deploy["sglang_extra_args"]
+    if candidate.get("pd") is not None:  # the space's pd: unified or the split that won (as deployed)
+        body["sglang_pd"] = ((candidate.get("vars") or {}).get("sglang_pd") if "vars" in candidate
+                             else deploy["sglang_pd"])
     body["sglang_tuned"] = dict(fact)
     header = [
         f"# Generated by playbooks/tune.yml (llmops.sglang) at {generated}, run {fact.get('run_id')}.",

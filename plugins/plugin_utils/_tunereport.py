@@ -38,7 +38,10 @@ def path_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         if r["status"] == "failed":
             lines.append(f"{n}. {label}: {r['reason']}")
             continue
-        head = f"{n}. {label}: deployed; C={_levels(sweep).split(',')[0]}"
+        pair = (f" (per instance: its {sweep['per_instance_of']} instances swept together as one pair at C x "
+                f"{sweep['per_instance_of']}, their figures divided by {sweep['per_instance_of']})"
+                if (sweep or {}).get("per_instance_of") else "")
+        head = f"{n}. {label}: deployed{pair}; C={_levels(sweep).split(',')[0]}"
         head += f" -> bound {_f(b.get('tok_s'))} tok/s" + (f" / {_f(b.get('req_s'), 2)} req/s" if b.get("req_s") else "") \
             + f" ({b.get('reason', '')})" if b else ""
         if r["status"] == "pruned":

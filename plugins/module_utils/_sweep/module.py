@@ -24,7 +24,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sweep.common import
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.curve import error_summary
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.options import SweepOptions
 from ansible_collections.llmops.sglang.plugins.module_utils._sweep.run import run_sweep
-from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ARGUMENT_SPEC
+from ansible_collections.llmops.sglang.plugins.module_utils._sweep.spec import ACTION_ONLY, ARGUMENT_SPEC
 
 __all__ = ["ARGUMENT_SPEC", "MUTUALLY_EXCLUSIVE", "failed_levels", "run", "summary"]
 
@@ -66,8 +66,8 @@ def run(module: Any) -> None:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")
     if not HAS_AIOHTTP:
         module.fail_json(msg=missing_aiohttp_message(sys.executable))
-    params.pop("options_from_role", None)  # the action plugin's: the options are in params already
-    params.pop("watch_controller", None)  # the action plugin's: it set watch_pid
+    for name in ACTION_ONLY:  # the action plugin's (it filled the options, set watch_pid, expanded sweep)
+        params.pop(name, None)
     options = SweepOptions(**params)
     progress, labels = options.progress_file, options.progress_labels or {}
 

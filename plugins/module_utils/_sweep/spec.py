@@ -66,6 +66,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     'time_scale': {'type': 'float'},
     'client_processes': {'type': 'raw', 'default': 1},
 }
+# the action plugin's own options (doc fragment sweep_action): read on the controller, never the sweep's
+ACTION_ONLY = ('watch_controller', 'sweep', 'options_from_role')
 
 
 @dataclass

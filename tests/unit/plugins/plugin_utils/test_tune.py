@@ -147,7 +147,7 @@ def test_user_profiles_are_candidates_and_spec_goes_through_extra_args() -> None
     assert deploy == {"sglang_profile": "mine", "sglang_max_running_requests": 0, "sglang_hicache_size_gb": 0,
                       "sglang_hicache_storage": {}, "sglang_hicache_storage_clear": False,
                       "sglang_extra_args": {"--chunked-prefill-size": 4096, "--speculative-num-steps": 2,
-                                            "--speculative-num-draft-tokens": 3}}
+                                            "--speculative-num-draft-tokens": 3}, "sglang_pd": {}}
     assert _tune.candidate_vars(cands[0], ["--foo", "1"])["sglang_extra_args"][-2:] == [
         "--speculative-num-draft-tokens", "3"]
 
