@@ -80,8 +80,8 @@ def test_unified_against_a_split_on_the_same_gpus_scored_per_instance() -> None:
     unified, split = got["candidates"]
     assert (unified["label"], split["label"]) == ("baseline unified", "baseline pd=1P:1D")
     assert unified["vars"]["sglang_pd"] == {"transfer_backend": "mooncake_tcp", "bootstrap_port": 9100}
-    assert split["vars"]["sglang_pd"] == {"transfer_backend": "mooncake_tcp", "bootstrap_port": 9100,
-                                         "role": ["prefill", "decode"]}
+    assert split["vars"]["sglang_pd"] == {
+        "transfer_backend": "mooncake_tcp", "bootstrap_port": 9100, "role": ["prefill", "decode"]}
     assert (unified["instances"], unified["probe_levels"], split["instances"], split["probe_levels"]) == (1, [1], 2, [2])
 
     results: list[dict[str, Any]] = []
