@@ -129,15 +129,16 @@ ENGINE_ENV = {
 
 @contextlib.contextmanager
 def engine_process(log: Path, *extra_argv: str, scale: float = ENGINE_SCALE,
-                   argv: list[str] = ENGINE_ARGV) -> Iterator[str]:
-    """The embedded engine (``argv``, ENGINE_ARGV by default, and ``extra_argv``) on a free loopback port; its URL."""
+                   argv: list[str] | None = None) -> Iterator[str]:
+    """The embedded engine (``argv``, ENGINE_ARGV as it is at the call by default, and ``extra_argv``)
+    on a free loopback port; its URL."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), **dict(ENGINE_ENV, LLMOPS_SIM_TIME_SCALE=str(scale)))
     env.pop("LLMOPS_SIM_ACCEPT_LENGTH", None)
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ansible_collections.llmops.sglang.plugins.module_utils._engine",
-             *argv, *extra_argv, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+             *(ENGINE_ARGV if argv is None else argv), *extra_argv, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
     try:
