@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import os
 import re
@@ -184,15 +185,20 @@ def _wait_done(fleet: Fleet, job: str, at_least: int, started: Any, timeout: flo
 def test_1b_generate_through_the_router_a_host_killed_and_restarted_under_it(
         fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
     """issue 31's fleet scenario: 3 hosts behind the router, 20,000 lines, server1's instances
-    killed mid-run and restarted by deploy.yml: every line once, none failed for good. The job
-    runs slowly (one request per instance) while server1 goes and comes back, then is stopped
-    (generate_action=stop) and resumed at 8 per instance, so that the scenario costs about a
-    minute whatever the machine's pace."""
+    killed mid-run and restarted by deploy.yml: every line once, none failed for good, every
+    instance served. The job runs slowly (one request per instance, 256 tokens a line) while
+    server1 goes and comes back, then is stopped (generate_action=stop) and resumed at 8 per
+    instance, so that the scenario costs about two minutes on a quiet machine."""
     _needs("full")
     dataset = fleet.run_dir / "dataset.jsonl"
     ids = [f"d{i}" for i in range(GENERATE_LINES)]
-    dataset.write_text("".join(json.dumps({"id": i, "prompt": f"line {i}"}) + "\n" for i in ids))
-    args = {"sglang_generate_input": str(dataset), "sglang_generate_defaults": {"max_tokens": 128},
+    # prompts that share no prefix: the router's cache_aware policy sends a prompt to the instance
+    # whose tree matches it best, and "line 123" matched "line 12..." on one instance, which then
+    # served every line (the job's shares said server3/gpu0 100%) until the load gap passed its
+    # --balance-abs-threshold (64), more than the job ever had in flight: server1 was killed idle
+    dataset.write_text("".join(json.dumps({"id": i, "prompt": f"{hashlib.sha1(i.encode()).hexdigest()[:8]} line {i}"})
+                               + "\n" for i in ids))
+    args = {"sglang_generate_input": str(dataset), "sglang_generate_defaults": {"max_tokens": 256},
             "sglang_generate_concurrency": 1, "sglang_generate_poll": 2, "sglang_generate_backoff_s": 0.2,
             "sglang_generate_reports_dir": str(fleet.reports_dir)}
     began = time.monotonic()
@@ -229,6 +235,10 @@ def test_1b_generate_through_the_router_a_host_killed_and_restarted_under_it(
             ident = json.loads(raw)["custom_id"]
             counts[ident] = counts.get(ident, 0) + 1
     assert counts == dict.fromkeys(ids, 1), "not every line exactly once"
+    # the slow run: every instance served (the router spread the lines), server1's killed under it
+    behind = json.loads((folder / "runs.jsonl").read_text().splitlines()[0])["instances"]
+    assert all(i["completion_tokens"] > 0 for i in behind.values()) and len(behind) == 6, behind
+    assert all(behind[f"server1/{n}"]["restarts"] >= 1 for n in ("gpu0", "gpu1")), behind
     summary = json.loads((fleet.reports_dir / "generate" / "dataset" / "summary.json").read_text())
     assert summary["state"] == "finished" and summary["errors"] == 0, summary
     log = (folder / "job.log").read_text()
