@@ -18,6 +18,7 @@ from typing import Any
 from ansible_collections.llmops.sglang.plugins.module_utils._bench.capacity import gpu_class_key
 from ansible_collections.llmops.sglang.plugins.module_utils._bench.stats import clean, find_knee, find_peak
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.common import PlanError
+from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.pd import ROLES as PD_SIDES
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.profiles import load_profiles
 from ansible_collections.llmops.sglang.plugins.plugin_utils._plan.storage import OPTIONS as STORAGE_OPTIONS
 
@@ -26,7 +27,6 @@ CLASS_PREFIX = "sglang_tune_class_"
 # speculative numbers are (sglang_extra_args); the release's flag schema checks the value
 WRITE_POLICY_FLAG = "--hicache-write-policy"
 SPACE_KEYS = ("profiles", "max_running_requests", "hicache_size_gb", "speculative", "hicache_storage", "pd")
-PD_SIDES = ("prefill", "decode")
 SPEC_KEYS = ("steps", "draft_tokens")
 SPEC_FLAGS = {"steps": "--speculative-num-steps", "draft_tokens": "--speculative-num-draft-tokens"}
 
@@ -319,7 +319,7 @@ def per_instance(sweep: Mapping[str, Any] | None, instances: int) -> dict[str, A
         return dict(sweep) if sweep else None
     out = dict(sweep)
     out["points"] = [{**p, "concurrency_swept": p["concurrency"], "concurrency": _per(p["concurrency"], instances),
-                      **{k: p[k] / instances for k in ("output_tok_s", "req_s", "input_tok_s", "goodput_req_s")
+                      **{k: p[k] / instances for k in ("output_tok_s", "req_s", "goodput_req_s")
                          if isinstance(p.get(k), (int, float))}} for p in sweep.get("points") or []]
     out["server"] = {**(sweep.get("server") or {}), "max_running_requests": None}
     out["per_instance_of"] = instances
